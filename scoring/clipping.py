@@ -1,0 +1,36 @@
+"""Per-parameter median-norm clipping, shared by LossScore and aggregation (DESIGN.md §5.6, §8).
+
+Evaluation and aggregation must use the same factors so that the update evaluated for a peer is
+bit-for-bit the update aggregated for it; both call `clip_factors` with the window's reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from statistics import median
+
+from scoring.types import SparseParam
+
+
+def median_norms(norms: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The per-parameter median of the given peers' update norms (the window's clip reference)."""
+    if not norms:
+        return {}
+    names = norms[0].keys()
+    return {name: float(median(n[name] for n in norms)) for name in names}
+
+
+def clip_factor(norm: float, reference: float) -> float:
+    """Scale in [0, 1] that brings `norm` down to `reference`; updates below it are left alone."""
+    if norm <= reference or norm == 0.0:
+        return 1.0
+    return reference / norm
+
+
+def clip_factors(params: Mapping[str, SparseParam], reference: Mapping[str, float]) -> dict[str, float]:
+    """One factor per parameter; a parameter without a reference is not clipped."""
+    factors: dict[str, float] = {}
+    for name, p in params.items():
+        ref = reference.get(name)
+        factors[name] = 1.0 if ref is None else clip_factor(p.norm(), ref)
+    return factors

@@ -1,0 +1,67 @@
+"""Content checks and dequantization of one parameter's packed tensors (DESIGN.md §5 item 5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from scoring.encoder import dequantize
+from scoring.packing import unpack2, unpack12
+from scoring.types import Reason, SparseParam, Verdict
+from scoring.wire import ChunkLayout, CodecConfig, numel_of
+
+
+def _check_indices(idx: npt.NDArray[np.uint16], layout: ChunkLayout, chunk: int) -> Verdict | None:
+    """Every index below its chunk's length and strictly increasing within its chunk."""
+    body = idx[: layout.full_chunks * layout.k_full].reshape(layout.full_chunks, layout.k_full)
+    tail = idx[layout.full_chunks * layout.k_full :]
+    if body.size and int(body.max()) >= chunk:
+        return Verdict.reject(Reason.INDEX_OUT_OF_RANGE, f"index {int(body.max())} ≥ chunk length {chunk}")
+    if tail.size and int(tail.max()) >= layout.tail:
+        return Verdict.reject(
+            Reason.INDEX_OUT_OF_RANGE, f"index {int(tail.max())} ≥ last chunk's {layout.tail}"
+        )
+    if body.shape[1] > 1 and bool((np.diff(body.astype(np.int32), axis=1) <= 0).any()):
+        return Verdict.reject(Reason.INDEX_NOT_INCREASING, "indices repeat or decrease within a chunk")
+    if tail.size > 1 and bool((np.diff(tail.astype(np.int32)) <= 0).any()):
+        return Verdict.reject(Reason.INDEX_NOT_INCREASING, "indices repeat or decrease in the last chunk")
+    return None
+
+
+def _check_codebook(
+    scale: npt.NDArray[np.float16], lut: npt.NDArray[np.float32], cfg: CodecConfig
+) -> Verdict | None:
+    if not bool(np.isfinite(scale).all()):
+        return Verdict.reject(Reason.NON_FINITE, "a chunk scale is NaN or infinite")
+    if scale.size and (float(scale.min()) < 0.0 or float(scale.max()) > cfg.max_scale):
+        return Verdict.reject(Reason.BAD_SCALE, f"scales must lie in [0, {cfg.max_scale}]")
+    if not bool(np.isfinite(lut).all()):
+        return Verdict.reject(Reason.NON_FINITE, "a codebook entry is NaN or infinite")
+    if float(np.abs(lut).max()) > cfg.max_lut:
+        return Verdict.reject(Reason.BAD_LUT, f"a codebook entry exceeds {cfg.max_lut} in magnitude")
+    return None
+
+
+def decode_param(
+    shape: tuple[int, ...],
+    idx_bytes: npt.NDArray[np.generic],
+    val_bytes: npt.NDArray[np.generic],
+    scale: npt.NDArray[np.generic],
+    lut: npt.NDArray[np.generic],
+    cfg: CodecConfig,
+) -> SparseParam | Verdict:
+    """Unpack, check and dequantize; the schema (dtypes and lengths) was checked by the caller."""
+    layout = ChunkLayout.of(numel_of(shape), cfg)
+    idx_all = unpack12(idx_bytes.astype(np.uint8, copy=False))
+    codes_all = unpack2(val_bytes.astype(np.uint8, copy=False))
+    k = layout.kept
+    if bool(idx_all[k:].any()) or bool(codes_all[k:].any()):
+        return Verdict.reject(Reason.BAD_PADDING, "padding after the last entry is not zero")
+    idx, codes = idx_all[:k], codes_all[:k]
+    scale16 = scale.astype(np.float16, copy=False)
+    lut32 = lut.astype(np.float32, copy=False)
+    problem = _check_indices(idx, layout, cfg.chunk) or _check_codebook(scale16, lut32, cfg)
+    if problem is not None:
+        return problem
+    indices, values = dequantize(layout, idx, codes, scale16, lut32, cfg.chunk)
+    return SparseParam(shape=shape, indices=indices, values=values)

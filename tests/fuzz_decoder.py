@@ -1,0 +1,89 @@
+"""Mutation fuzzing of the decoder: every mutated file must yield a verdict, never an exception.
+
+The CI test runs a few thousand cases; the long run is `python -m tests.fuzz_decoder --cases 100000`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import struct
+import sys
+import time
+from collections import Counter
+
+from scoring.decoder import Expected, decode_submission
+from tests.codec_fixtures import SPEC, make_file
+
+
+def _mutate_header(data: bytes, rng: random.Random) -> bytes:
+    (n,) = struct.unpack("<Q", data[:8])
+    header = bytearray(data[8 : 8 + n])
+    for _ in range(rng.randint(1, 4)):
+        pos = rng.randrange(len(header))
+        header[pos] = rng.choice(b'0123456789[]{},:"-eE. ') if rng.random() < 0.7 else rng.randrange(256)
+    return data[:8] + bytes(header) + data[8 + n :]
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    """One random structural or byte-level mutation of a valid file."""
+    b = bytearray(data)
+    kind = rng.randrange(8)
+    if kind == 0:  # flip bits anywhere
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+    elif kind == 1:  # truncate
+        del b[rng.randrange(len(b)) :]
+    elif kind == 2:  # insert junk
+        pos = rng.randrange(len(b) + 1)
+        b[pos:pos] = rng.randbytes(rng.randint(1, 64))
+    elif kind == 3:  # rewrite the header length
+        b[:8] = struct.pack("<Q", rng.choice([0, 1, len(b), len(b) - 8, 2**63, rng.randrange(2**32)]))
+    elif kind == 4:
+        return _mutate_header(data, rng)
+    elif kind == 5:  # overwrite a run of payload bytes
+        (n,) = struct.unpack("<Q", data[:8])
+        start = rng.randrange(8 + n, len(b))
+        end = min(len(b), start + rng.randint(1, 32))
+        b[start:end] = bytes(
+            rng.choice([0x00, 0xFF, 0x7C, 0x7E, rng.randrange(256)]) for _ in range(end - start)
+        )
+    elif kind == 6:  # duplicate a slice
+        i, j = sorted(rng.randrange(len(b)) for _ in range(2))
+        b[j:j] = b[i:j][:256]
+    else:  # random bytes of plausible size
+        return rng.randbytes(rng.randint(0, len(data)))
+    return bytes(b)
+
+
+def run(cases: int, seed: int) -> Counter[str]:
+    rng = random.Random(seed)
+    originals = [make_file(s) for s in range(4)]
+    outcomes: Counter[str] = Counter()
+    for i in range(cases):
+        data = mutate(rng.choice(originals), rng)
+        # half the cases skip the signature so that mutations reach the schema and content checks
+        expect = Expected(verify_signature=bool(i % 2))
+        result = decode_submission(data, SPEC, expect)
+        assert (result.update is None) == (not result.verdict.ok)
+        outcomes[result.verdict.reason or "ok"] += 1
+    return outcomes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    outcomes = run(args.cases, args.seed)
+    elapsed = time.perf_counter() - start
+    sys.stdout.write(
+        json.dumps({"cases": args.cases, "crashes": 0, "seconds": round(elapsed, 1), "reasons": outcomes})
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Every kind of bad input ends in its stable reason code, never an exception."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from safetensors.numpy import save
+
+from scoring.decoder import Expected, decode_submission
+from scoring.encoder import compress, pack_tensors
+from scoring.signing import dev_keypair, sign_hex
+from scoring.types import Reason
+from scoring.wire import FORMAT, payload_digest, signed_message
+from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, expect, make_file, random_delta
+
+Tensors = dict[str, np.ndarray]
+
+
+def signed(tensors: Tensors, **meta_overrides: str | None) -> bytes:
+    """A file with the given tensors, correctly signed unless the overrides say otherwise."""
+    meta = {
+        "format": FORMAT, "window": str(WINDOW), "uid": str(UID), "hotkey": KEY.ss58_address,
+        "base": BASE, "chunk": "4096", "topk": "64",
+    }  # fmt: skip
+    meta["signature"] = sign_hex(
+        KEY, signed_message(WINDOW, UID, KEY.ss58_address, BASE, payload_digest(tensors))
+    )
+    for k, v in meta_overrides.items():
+        if v is None:
+            meta.pop(k)
+        else:
+            meta[k] = v
+    return save(tensors, metadata=meta)
+
+
+def good_tensors() -> Tensors:
+    return dict(pack_tensors(compress(random_delta(0), None, CFG)))
+
+
+def reason_of(data: bytes, exp: Expected | None = None) -> str | None:
+    result = decode_submission(data, SPEC, exp or expect())
+    assert (result.update is None) == (not result.verdict.ok)
+    return result.verdict.reason
+
+
+def with_tensor(name: str, fn: Callable[[np.ndarray], np.ndarray]) -> bytes:
+    t = good_tensors()
+    t[name] = fn(t[name].copy())
+    return signed(t)
+
+
+def test_the_unmodified_file_is_accepted() -> None:
+    assert reason_of(signed(good_tensors())) is None
+
+
+def test_container_failures() -> None:
+    good = make_file()
+    assert reason_of(good[:-7]) == Reason.NOT_SAFETENSORS  # truncated
+    assert reason_of(good[:5]) == Reason.NOT_SAFETENSORS
+    assert reason_of(b"PK\x03\x04 this is a zip file, not safetensors") == Reason.BAD_HEADER
+    assert reason_of(struct.pack("<Q", 6) + b"{nope}") == Reason.NOT_SAFETENSORS
+    assert reason_of(struct.pack("<Q", 4) + b"[12]") == Reason.NOT_SAFETENSORS
+    assert reason_of(struct.pack("<Q", 1 << 40) + b"{}") == Reason.BAD_HEADER  # header above the cap
+    assert reason_of(b"x" * (10 << 20)) == Reason.TOO_LARGE
+
+
+def _rewrite_header(data: bytes, edit: Callable[[dict[str, object]], None]) -> bytes:
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    edit(header)
+    raw = json.dumps(header).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    return struct.pack("<Q", len(raw)) + raw + data[8 + n :]
+
+
+def test_header_that_lies_about_offsets_or_dtypes() -> None:
+    good = make_file()
+
+    def shift_offsets(h: dict[str, object]) -> None:
+        entry = h["norm.weight.lut"]
+        assert isinstance(entry, dict)
+        entry["data_offsets"] = [entry["data_offsets"][0] + 3, entry["data_offsets"][1] + 3]
+
+    def claim_f64(h: dict[str, object]) -> None:
+        entry = h["norm.weight.lut"]
+        assert isinstance(entry, dict)
+        entry["dtype"], entry["shape"] = "F64", [2]
+
+    def claim_i8(h: dict[str, object]) -> None:
+        entry = h["tiny.bias.idx"]
+        assert isinstance(entry, dict)
+        entry["dtype"] = "I8"
+
+    assert reason_of(_rewrite_header(good, shift_offsets)) == Reason.NOT_SAFETENSORS
+    assert reason_of(_rewrite_header(good, claim_f64)) == Reason.BAD_DTYPE
+    assert reason_of(_rewrite_header(good, claim_i8)) == Reason.BAD_DTYPE
+
+
+def test_schema_failures() -> None:
+    t = good_tensors()
+    del t["norm.weight.scale"]
+    assert reason_of(signed(t)) == Reason.MISSING_TENSOR
+    t = good_tensors()
+    t["evil.weight.idx"] = np.zeros(3, np.uint8)
+    assert reason_of(signed(t)) == Reason.EXTRA_TENSOR
+    assert reason_of(with_tensor("embed.weight.scale", lambda a: a.astype(np.float32))) == Reason.BAD_DTYPE
+    assert reason_of(with_tensor("embed.weight.idx", lambda a: a[:-3])) == Reason.BAD_SHAPE
+    assert reason_of(with_tensor("embed.weight.lut", lambda a: a.reshape(2, 2))) == Reason.BAD_SHAPE
+
+
+def test_padding_must_be_zero() -> None:
+    # tiny.bias keeps 3 entries: one padding index (in the last 12 bits) and one padding code.
+    def poison_idx(a: np.ndarray) -> np.ndarray:
+        a[-1] |= 0x10
+        return a
+
+    def poison_code(a: np.ndarray) -> np.ndarray:
+        a[-1] |= 0b11000000
+        return a
+
+    assert reason_of(with_tensor("tiny.bias.idx", poison_idx)) == Reason.BAD_PADDING
+    assert reason_of(with_tensor("tiny.bias.val", poison_code)) == Reason.BAD_PADDING
+
+
+def test_index_content_failures() -> None:
+    def out_of_range(a: np.ndarray) -> np.ndarray:  # tiny.bias has 3 values: index 3 is outside
+        a[0] = 3
+        return a
+
+    def repeat_first(a: np.ndarray) -> np.ndarray:  # make entries 0 and 1 of chunk 0 equal
+        first = int(a[0]) | ((int(a[1]) & 0x0F) << 8)
+        a[1] = (a[1] & 0x0F) | ((first & 0x0F) << 4)
+        a[2] = first >> 4
+        return a
+
+    def decreasing(a: np.ndarray) -> np.ndarray:  # swap the first two 12-bit indices
+        first = int(a[0]) | ((int(a[1]) & 0x0F) << 8)
+        second = (int(a[1]) >> 4) | (int(a[2]) << 4)
+        a[0], a[1], a[2] = second & 0xFF, (second >> 8) | ((first & 0x0F) << 4), first >> 4
+        return a
+
+    assert reason_of(with_tensor("tiny.bias.idx", out_of_range)) == Reason.INDEX_OUT_OF_RANGE
+    assert reason_of(with_tensor("embed.weight.idx", repeat_first)) == Reason.INDEX_NOT_INCREASING
+    assert reason_of(with_tensor("embed.weight.idx", decreasing)) == Reason.INDEX_NOT_INCREASING
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (np.nan, Reason.NON_FINITE),
+        (np.inf, Reason.NON_FINITE),
+        (-0.5, Reason.BAD_SCALE),
+        (60000.0, Reason.BAD_SCALE),
+    ],
+)
+def test_bad_scales(value: float, reason: str) -> None:
+    def poison(a: np.ndarray) -> np.ndarray:
+        a[0] = value
+        return a
+
+    assert reason_of(with_tensor("mlp.up_proj.weight.scale", poison)) == reason
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (np.nan, Reason.NON_FINITE),
+        (-np.inf, Reason.NON_FINITE),
+        (1e9, Reason.BAD_LUT),
+        (-1e30, Reason.BAD_LUT),
+    ],
+)
+def test_bad_codebooks(value: float, reason: str) -> None:
+    def poison(a: np.ndarray) -> np.ndarray:
+        a[2] = value
+        return a
+
+    assert reason_of(with_tensor("attn.q_proj.weight.lut", poison)) == reason
+
+
+@pytest.mark.parametrize("key", ["window", "uid", "hotkey", "base", "signature", "format", "chunk", "topk"])
+def test_missing_metadata(key: str) -> None:
+    assert reason_of(signed(good_tensors(), **{key: None})) == Reason.BAD_METADATA
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("window", "seven"), ("uid", "-3"), ("chunk", "2048"), ("format", "x/2")]
+)
+def test_bad_metadata_values(key: str, value: str) -> None:
+    assert reason_of(signed(good_tensors(), **{key: value})) == Reason.BAD_METADATA
+
+
+def test_identity_failures() -> None:
+    good = make_file()
+    assert reason_of(good, Expected(window=WINDOW + 1)) == Reason.WRONG_WINDOW
+    other = dev_keypair("//someone-else").ss58_address
+    assert reason_of(good, Expected(hotkey=other)) == Reason.WRONG_HOTKEY
+    assert reason_of(good, Expected(uid=UID + 1)) == Reason.WRONG_UID
+    assert reason_of(good, Expected(base="cd" * 32)) == Reason.STALE_BASE
+
+
+def test_signature_failures() -> None:
+    t = good_tensors()
+    assert reason_of(signed(t, signature="00" * 64)) == Reason.BAD_SIGNATURE
+    assert reason_of(signed(t, signature="not hex")) == Reason.BAD_SIGNATURE
+    assert reason_of(signed(t, hotkey="not-an-ss58-address"), Expected()) == Reason.BAD_SIGNATURE
+    # a replay: the same signed bytes re-labelled for another window no longer verify
+    assert reason_of(signed(t, window=str(WINDOW + 1)), Expected(window=WINDOW + 1)) == Reason.BAD_SIGNATURE
+    # re-attribution: another hotkey claims the bytes
+    other = dev_keypair("//copycat").ss58_address
+    assert reason_of(signed(t, hotkey=other), Expected()) == Reason.BAD_SIGNATURE
+    # tampering with any tensor after signing breaks the digest
+    data = bytearray(make_file())
+    data[-1] ^= 0x01
+    assert reason_of(bytes(data)) in (Reason.BAD_SIGNATURE,)
