@@ -1,0 +1,170 @@
+"""SubtensorChain through the bittensor SDK's own code paths, against an in-memory Substrate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import bittensor as bt
+import pytest
+
+from tests.fake_substrate import GENESIS_MS, FakeSubstrate
+from validator.chain import Chain, Neuron, WindowConfig, first_block, window_of
+from validator.subtensor_chain import SubtensorChain, SubtensorChainConfig
+
+NETUID = 3
+PEER = "5FHneW46xGXgs5mUiveU4sbTyGBzmstUspZC92UhjJM694ty"
+OTHER = "5FLSigC9HGRKVhB9FiEo4Y3koPsNmBmLJbpXg2mp1hXcS59Y"
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SDK caches token symbols under ~/.bittensor on connect; keep that in the test's folder.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BTCLI_TOKEN_SYMBOLS_CACHE", str(tmp_path / "symbols.json"))
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> SubtensorChainConfig:
+    wallet = bt.Wallet("validator", "hot", path=str(tmp_path / "wallets"))
+    wallet.regenerate_hotkey(seed="0x" + "11" * 32, use_password=False, overwrite=True, suppress=True)
+    return SubtensorChainConfig(
+        network="local", netuid=NETUID, wallet_name="validator", hotkey_name="hot",
+        wallet_path=str(tmp_path / "wallets"),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def fake() -> FakeSubstrate:
+    return FakeSubstrate(netuid=NETUID, head=100)
+
+
+@pytest.fixture
+def chain(config: SubtensorChainConfig, fake: FakeSubstrate) -> Iterator[SubtensorChain]:
+    client = bt.Subtensor("local", substrate=fake)
+    chain = SubtensorChain(config, client=client)
+    fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
+    fake.register(PEER, "5Cold", stake_rao=1_000_000_000)
+    fake.register(OTHER, "5Cold")
+    yield chain
+    chain.close()
+
+
+def test_reads_block_time_and_metagraph(chain: SubtensorChain, fake: FakeSubstrate) -> None:
+    protocol: Chain = chain  # checked by mypy: SubtensorChain implements the Chain protocol
+    assert protocol.block() == 100
+    assert chain.block_timestamp(5) == GENESIS_MS / 1000 + 60.0
+    assert chain.neurons() == [
+        Neuron(0, chain.hotkey, 2500.0, True),
+        Neuron(1, PEER, 1.0, False),
+        Neuron(2, OTHER, 0.0, False),
+    ]
+
+
+def test_wait_for_block_returns_the_head_that_reached_it(chain: SubtensorChain) -> None:
+    assert chain.wait_for_block(103, timeout=5.0) == 103
+    assert chain.block() == 103
+    with pytest.raises(ValueError):
+        chain.wait_for_block(104, timeout=0)
+
+
+def test_commitments_of_registered_hotkeys_only(chain: SubtensorChain, fake: FakeSubstrate) -> None:
+    long_text = "https://k:" + "s" * 150 + "@example.com/bucket-a?region=auto"  # spans two Raw fields
+    fake.commit(PEER, long_text)
+    fake.commit(OTHER, "file:///tmp/peer")
+    fake.commit("5GoneHotkeyThatDeregisteredLongAgoXXXXXXXXXXXXXX", "https://example.com/gone")
+    assert chain.commitments() == {PEER: long_text, OTHER: "file:///tmp/peer"}
+
+
+def test_set_weights_sends_u16_weights_signed_by_the_hotkey(
+    chain: SubtensorChain, fake: FakeSubstrate
+) -> None:
+    outcome = chain.set_weights({1: 0.8, 2: 0.2})
+    assert outcome.ok, outcome.message
+    assert outcome.block == 100
+    [sent] = fake.extrinsics
+    assert (sent.call.module, sent.call.function) == ("SubtensorModule", "set_mechanism_weights")
+    # The SDK max-upscales to u16: 0.8 -> 65535, 0.2 -> round(0.25 * 65535) = 16384.
+    assert sent.call.params == {
+        "netuid": 3,
+        "mecid": 0,
+        "dests": [1, 2],
+        "weights": [65535, 16384],
+        "version_key": 0,
+    }
+    assert sent.signer == chain.hotkey
+    assert bt.Wallet("validator", "hot", path=chain.config.wallet_path or "").hotkey.verify(
+        sent.call.data, sent.signature
+    )
+    assert fake.weights[0] == [(1, 65535), (2, 16384)]
+
+
+def test_set_weights_uses_timelocked_commit_when_commit_reveal_is_on(
+    chain: SubtensorChain, fake: FakeSubstrate
+) -> None:
+    fake.commit_reveal = True
+    outcome = chain.set_weights({1: 1.0, 2: 3.0})
+    assert outcome.ok, outcome.message
+    assert "commit-reveal round" in outcome.message
+    [sent] = fake.extrinsics
+    assert sent.call.function == "commit_timelocked_mechanism_weights"
+    assert sent.call.params["netuid"] == 3
+    assert isinstance(sent.call.params["commit"], bytes | list | str) and sent.call.params["commit"]
+    assert sent.call.params["reveal_round"] > 0
+
+
+def test_rate_limit_is_refused_before_signing(chain: SubtensorChain, fake: FakeSubstrate) -> None:
+    fake.rate_limit = 50
+    assert chain.set_weights({1: 1.0}).ok
+    fake.advance(10)
+    outcome = chain.set_weights({1: 1.0})
+    assert not outcome.ok
+    assert "rate limit is 50 blocks" in outcome.message
+    assert outcome.block == 110
+    assert len(fake.extrinsics) == 1
+
+
+def test_chain_side_failure_and_bad_input_are_outcomes(chain: SubtensorChain, fake: FakeSubstrate) -> None:
+    fake.fail_next = "MaxWeightExceeded"
+    failed = chain.set_weights({1: 1.0, 2: 1.0})
+    assert (failed.ok, failed.message) == (False, "MaxWeightExceeded")
+    zero = chain.set_weights({1: 0.0})
+    assert not zero.ok and "All weights are zero" in zero.message
+
+
+def test_unregistered_validator_is_refused(chain: SubtensorChain, fake: FakeSubstrate) -> None:
+    fake.neurons.pop(0)
+    outcome = chain.set_weights({0: 1.0})
+    assert not outcome.ok
+    assert "not registered" in outcome.message
+    assert fake.extrinsics == []
+
+
+def test_missing_subnet_raises(config: SubtensorChainConfig, fake: FakeSubstrate) -> None:
+    client = bt.Subtensor("local", substrate=fake)
+    wallet = bt.Wallet("validator", "hot", path=config.wallet_path or "")
+    chain = SubtensorChain(SubtensorChainConfig(network="local", netuid=7), client=client, wallet=wallet)
+    with pytest.raises(LookupError):
+        chain.neurons()
+    chain.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"network": ""}, {"netuid": 70000}, {"wallet_name": ""}, {"weight_retries": -1}]
+)
+def test_config_validation(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SubtensorChainConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_windows() -> None:
+    assert window_of(0, 115) == 0
+    assert window_of(114, 115) == 0
+    assert window_of(115, 115) == 1
+    assert first_block(3, 115) == 345
+    assert WindowConfig(10).window_of(29) == 2
+    assert WindowConfig(10).first_block(2) == 20
+    with pytest.raises(ValueError):
+        WindowConfig(0)
+    with pytest.raises(ValueError):
+        window_of(-1, 115)
