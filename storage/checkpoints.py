@@ -1,0 +1,119 @@
+"""Model checkpoints every N windows plus the per-window aggregates: enough to rebuild any window's base.
+
+A checkpoint for window W is the global model at the *start* of W (the model whose fingerprint is
+base(W)). The caller serializes the model (safetensors); storage keeps bytes and bookkeeping only.
+Rebuilding window W's base: load the nearest checkpoint C <= W, then apply the aggregates of
+windows C .. W-1 in order, each the selected submissions (by archived content digest).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from storage import models as m
+from storage.archive import ArchiveCorruptError, BlobStore, sha256_hex
+from storage.dialect import upsert
+from storage.records import CheckpointRecord
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointConfig:
+    """Save a checkpoint at every window divisible by `every_windows`."""
+
+    every_windows: int = 100
+
+    def __post_init__(self) -> None:
+        if self.every_windows < 1:
+            raise ValueError("every_windows must be >= 1")
+
+    def is_due(self, window: int) -> bool:
+        return window % self.every_windows == 0
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateStep:
+    """One window's aggregate: the payload digests aggregated and where their bytes are archived."""
+
+    window: int
+    base_fingerprint: str
+    aggregate_digests: tuple[str, ...]
+    content_digests: tuple[str | None, ...]  # archive keys, aligned with aggregate_digests
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildPlan:
+    """Load `checkpoint`, then apply `steps` in order, to get the model at the start of the window."""
+
+    window: int
+    checkpoint: CheckpointRecord
+    steps: tuple[AggregateStep, ...]
+
+
+def checkpoint_key(window: int, digest: str) -> str:
+    return f"checkpoints/{window:010d}/{digest}.safetensors"
+
+
+def _record(row: m.Checkpoint) -> CheckpointRecord:
+    return CheckpointRecord(window=row.window, key=row.key, digest=row.digest, size=row.size)
+
+
+def save_checkpoint(*, session: Session, store: BlobStore, window: int, data: bytes) -> CheckpointRecord:
+    """Store the bytes and record them; a second save for the same window keeps the first."""
+    digest = sha256_hex(data)
+    key = checkpoint_key(window, digest)
+    store.put(key, data)
+    stmt = upsert(session, m.Checkpoint).values(
+        window=window, key=key, digest=digest, size=len(data), created_at=datetime.now(UTC)
+    )
+    session.execute(stmt.on_conflict_do_nothing(index_elements=["window"]))
+    row = session.get(m.Checkpoint, window)
+    assert row is not None
+    return _record(row)
+
+
+def load_checkpoint(*, store: BlobStore, record: CheckpointRecord) -> bytes:
+    data = store.get(record.key)
+    if sha256_hex(data) != record.digest:
+        raise ArchiveCorruptError(f"checkpoint for window {record.window} is corrupt")
+    return data
+
+
+def nearest_checkpoint(*, session: Session, window: int) -> CheckpointRecord | None:
+    """The latest checkpoint at or before `window`."""
+    stmt = select(m.Checkpoint).where(m.Checkpoint.window <= window).order_by(m.Checkpoint.window.desc())
+    row = session.scalars(stmt.limit(1)).first()
+    return None if row is None else _record(row)
+
+
+def _step(session: Session, window: m.Window) -> AggregateStep:
+    digests = tuple(str(d) for d in window.aggregate_digests)
+    rows = session.execute(
+        select(m.Submission.payload_digest, m.Submission.content_digest).where(
+            m.Submission.window == window.window, m.Submission.payload_digest.in_(digests)
+        )
+    )
+    content = {payload: blob for payload, blob in rows}
+    archived = tuple(content.get(d) for d in digests)
+    return AggregateStep(window.window, window.base_fingerprint, digests, archived)
+
+
+def rebuild_plan(*, session: Session, window: int) -> RebuildPlan:
+    """What to load and apply to rebuild the base of `window`; LookupError if something is missing."""
+    checkpoint = nearest_checkpoint(session=session, window=window)
+    if checkpoint is None:
+        raise LookupError(f"no checkpoint at or before window {window}")
+    rows = session.scalars(
+        select(m.Window)
+        .where(m.Window.window >= checkpoint.window, m.Window.window < window, m.Window.state == "committed")
+        .order_by(m.Window.window)
+    ).all()
+    found = [r.window for r in rows]
+    expected = list(range(checkpoint.window, window))
+    if found != expected:
+        missing = sorted(set(expected) - set(found))
+        raise LookupError(f"windows {missing[:5]} between checkpoint and {window} are not committed")
+    return RebuildPlan(window, checkpoint, tuple(_step(session, r) for r in rows))

@@ -1,0 +1,213 @@
+"""SQLAlchemy 2 rows: the schema Alembic migrates (DESIGN.md §9). Only storage imports these.
+
+Peers are keyed by hotkey (uids get recycled); everything per window is keyed by (window, hotkey).
+Floats are DOUBLE PRECISION so values round-trip bit-exactly on Postgres and SQLite alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+HOTKEY = String(64)
+DIGEST = String(128)
+UTC_TIME = DateTime(timezone=True)
+WINDOW_FK = "windows.window"
+PEER_FK = "peers.hotkey"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        float: Double,
+        datetime: UTC_TIME,
+    }
+
+
+def _window_fk() -> Mapped[int]:
+    return mapped_column(ForeignKey(WINDOW_FK, ondelete="CASCADE"), primary_key=True)
+
+
+def _peer_fk() -> Mapped[str]:
+    return mapped_column(HOTKEY, ForeignKey(PEER_FK), primary_key=True)
+
+
+class Peer(Base):
+    __tablename__ = "peers"
+    hotkey: Mapped[str] = mapped_column(HOTKEY, primary_key=True)
+    uid: Mapped[int]
+    first_window: Mapped[int]
+    last_window: Mapped[int]
+
+
+class PeerUid(Base):
+    """uid history: which uids a hotkey held, and over which windows."""
+
+    __tablename__ = "peer_uids"
+    hotkey: Mapped[str] = _peer_fk()
+    uid: Mapped[int] = mapped_column(primary_key=True)
+    first_window: Mapped[int]
+    last_window: Mapped[int]
+
+
+class Window(Base):
+    __tablename__ = "windows"
+    __table_args__ = (CheckConstraint("state IN ('open', 'scored', 'committed')", name="state"),)
+    window: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    base_fingerprint: Mapped[str] = mapped_column(DIGEST)
+    heldout_seed: Mapped[str] = mapped_column(DIGEST)
+    config_digest: Mapped[str] = mapped_column(DIGEST)
+    code_version: Mapped[str] = mapped_column(String(64))
+    start_block: Mapped[int | None] = mapped_column(BigInteger)
+    timings: Mapped[dict[str, Any]]
+    aggregate_digests: Mapped[list[Any]]
+    opened_at: Mapped[datetime]
+    committed_at: Mapped[datetime | None]
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+    window: Mapped[int] = _window_fk()
+    hotkey: Mapped[str] = _peer_fk()
+    uid: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[str] = mapped_column(Text)
+    object_key: Mapped[str | None] = mapped_column(Text)
+    etag: Mapped[str | None] = mapped_column(String(256))
+    version_id: Mapped[str | None] = mapped_column(String(256))
+    size: Mapped[int | None] = mapped_column(BigInteger)
+    payload_digest: Mapped[str | None] = mapped_column(DIGEST, index=True)
+    content_digest: Mapped[str | None] = mapped_column(DIGEST, index=True)
+    storage_time: Mapped[datetime | None]
+    fetched_time: Mapped[datetime | None]
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+    window: Mapped[int] = _window_fk()
+    hotkey: Mapped[str] = _peer_fk()
+    loss_own_before: Mapped[float]
+    loss_own_after: Mapped[float]
+    loss_rand_before: Mapped[float]
+    loss_rand_after: Mapped[float]
+    score: Mapped[float]
+    own_gain: Mapped[float]
+    indicator: Mapped[int]
+    timings: Mapped[dict[str, Any]]
+
+
+class Rating(Base):
+    """The current rating per peer; `updated_window` is the last window that wrote it."""
+
+    __tablename__ = "ratings"
+    hotkey: Mapped[str] = _peer_fk()
+    uid: Mapped[int]
+    mu: Mapped[float]
+    sigma: Mapped[float]
+    bma: Mapped[float]
+    final_score: Mapped[float] = mapped_column(index=True)
+    penalty: Mapped[dict[str, Any]]
+    last_evaluated_window: Mapped[int | None]
+    updated_window: Mapped[int]
+    state: Mapped[dict[str, Any]]
+
+
+class RatingHistory(Base):
+    """Append-only: one row per peer per window, keyed (hotkey, window) for per-peer history reads."""
+
+    __tablename__ = "rating_history"
+    hotkey: Mapped[str] = _peer_fk()
+    window: Mapped[int] = _window_fk()
+    uid: Mapped[int]
+    mu: Mapped[float]
+    sigma: Mapped[float]
+    bma: Mapped[float]
+    final_score: Mapped[float]
+    penalty: Mapped[dict[str, Any]]
+    last_evaluated_window: Mapped[int | None]
+    state: Mapped[dict[str, Any]]
+
+    __table_args__ = (Index(None, "window"),)
+
+
+class Penalty(Base):
+    __tablename__ = "penalties"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    window: Mapped[int] = mapped_column(ForeignKey(WINDOW_FK, ondelete="CASCADE"), index=True)
+    hotkey: Mapped[str] = mapped_column(HOTKEY, ForeignKey(PEER_FK), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    multiplier: Mapped[float]
+    detail: Mapped[str] = mapped_column(Text)
+    until_window: Mapped[int | None]
+
+
+class CopyPair(Base):
+    __tablename__ = "copy_pairs"
+    window: Mapped[int] = _window_fk()
+    hotkey_a: Mapped[str] = mapped_column(HOTKEY, ForeignKey(PEER_FK), primary_key=True)
+    hotkey_b: Mapped[str] = mapped_column(HOTKEY, ForeignKey(PEER_FK), primary_key=True)
+    overlap: Mapped[float]
+    sign_agreement: Mapped[float]
+    offender: Mapped[str] = mapped_column(HOTKEY)
+
+
+class Selection(Base):
+    __tablename__ = "selections"
+    __table_args__ = (CheckConstraint("role IN ('gather', 'reserve')", name="role"),)
+    window: Mapped[int] = _window_fk()
+    hotkey: Mapped[str] = _peer_fk()
+    uid: Mapped[int]
+    role: Mapped[str] = mapped_column(String(16))
+    rank: Mapped[int]
+
+
+class WeightSet(Base):
+    """Append-only log of weight-setting attempts (they can fail and be retried)."""
+
+    __tablename__ = "weight_sets"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    window: Mapped[int] = mapped_column(index=True)
+    block: Mapped[int | None] = mapped_column(BigInteger)
+    uids: Mapped[list[Any]]
+    weights: Mapped[list[Any]]
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    recorded_at: Mapped[datetime]
+
+
+class Checkpoint(Base):
+    """A stored global model: the model at the start of `window`, bytes in the blob store at `key`."""
+
+    __tablename__ = "checkpoints"
+    window: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    key: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(DIGEST)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]

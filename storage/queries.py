@@ -1,0 +1,204 @@
+"""Reads shared by the API and replay: they return plain records, never rows."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from storage import models as m
+from storage.records import (
+    CopyPairRecord,
+    EvaluationRecord,
+    HistoryPoint,
+    LeaderboardEntry,
+    PeerSummary,
+    PenaltyRecord,
+    RatingRecord,
+    SelectionRecord,
+    SubmissionRecord,
+    WeightSetRecord,
+    WindowRecord,
+    WindowSummary,
+)
+from storage.writer import utc
+
+_RATING_FIELDS = [
+    "hotkey",
+    "uid",
+    "mu",
+    "sigma",
+    "bma",
+    "final_score",
+    "penalty",
+    "last_evaluated_window",
+    "state",
+]
+
+
+def _rating(row: m.Rating | m.RatingHistory) -> RatingRecord:
+    return RatingRecord(**{f: getattr(row, f) for f in _RATING_FIELDS})
+
+
+def load_ratings(*, session: Session) -> dict[str, RatingRecord]:
+    """The current rating of every peer, by hotkey."""
+    return {r.hotkey: _rating(r) for r in session.scalars(select(m.Rating))}
+
+
+def load_rating_state_before(*, session: Session, window: int) -> dict[str, RatingRecord]:
+    """Each peer's rating as committed by the latest window before `window` (replay's starting state)."""
+    latest = (
+        select(m.RatingHistory.hotkey, func.max(m.RatingHistory.window).label("w"))
+        .where(m.RatingHistory.window < window)
+        .group_by(m.RatingHistory.hotkey)
+        .subquery()
+    )
+    rows = session.scalars(
+        select(m.RatingHistory).join(
+            latest, (m.RatingHistory.hotkey == latest.c.hotkey) & (m.RatingHistory.window == latest.c.w)
+        )
+    )
+    return {r.hotkey: _rating(r) for r in rows}
+
+
+def leaderboard(*, session: Session, limit: int | None = None) -> list[LeaderboardEntry]:
+    """Peers by final score, best first (ties by hotkey, so the order is stable)."""
+    cols = (
+        m.Rating.hotkey,
+        m.Rating.uid,
+        m.Rating.mu,
+        m.Rating.sigma,
+        m.Rating.bma,
+        m.Rating.final_score,
+        m.Rating.last_evaluated_window,
+        m.Rating.updated_window,
+    )
+    stmt = select(*cols).order_by(m.Rating.final_score.desc(), m.Rating.hotkey).limit(limit)
+    return [LeaderboardEntry(i, *row) for i, row in enumerate(session.execute(stmt), start=1)]
+
+
+def peer_history(
+    *, session: Session, hotkey: str, limit: int = 1000, before: int | None = None
+) -> list[HistoryPoint]:
+    """The peer's last `limit` committed ratings (windows < `before` if given), oldest first."""
+    h = m.RatingHistory
+    stmt = select(h.window, h.uid, h.mu, h.sigma, h.bma, h.final_score).where(h.hotkey == hotkey)
+    if before is not None:
+        stmt = stmt.where(h.window < before)
+    rows = session.execute(stmt.order_by(h.window.desc()).limit(limit)).all()
+    return [HistoryPoint(*row) for row in reversed(rows)]
+
+
+def peer_summary(*, session: Session, hotkey: str) -> PeerSummary | None:
+    """A peer's identity, uid history and current rating."""
+    peer = session.get(m.Peer, hotkey)
+    if peer is None:
+        return None
+    uids = session.execute(
+        select(m.PeerUid.uid, m.PeerUid.first_window, m.PeerUid.last_window)
+        .where(m.PeerUid.hotkey == hotkey)
+        .order_by(m.PeerUid.first_window)
+    )
+    rating = session.get(m.Rating, hotkey)
+    return PeerSummary(
+        hotkey=peer.hotkey,
+        uid=peer.uid,
+        first_window=peer.first_window,
+        last_window=peer.last_window,
+        uid_history=tuple((u, f, last) for u, f, last in uids),
+        rating=None if rating is None else _rating(rating),
+    )
+
+
+def latest_committed_window(*, session: Session) -> int | None:
+    stmt = select(func.max(m.Window.window)).where(m.Window.state == "committed")
+    return session.scalar(stmt)
+
+
+def window_state(*, session: Session, window: int) -> str | None:
+    return session.scalar(select(m.Window.state).where(m.Window.window == window))
+
+
+def list_windows(*, session: Session, limit: int = 50, before: int | None = None) -> list[WindowSummary]:
+    """Newest windows first, with their submission and evaluation counts."""
+    n_sub = select(func.count()).where(m.Submission.window == m.Window.window).scalar_subquery()
+    n_eval = select(func.count()).where(m.Evaluation.window == m.Window.window).scalar_subquery()
+    w = m.Window
+    stmt = select(w.window, w.state, w.base_fingerprint, w.start_block, w.committed_at, n_sub, n_eval)
+    if before is not None:
+        stmt = stmt.where(w.window < before)
+    rows = session.execute(stmt.order_by(w.window.desc()).limit(limit))
+    return [
+        WindowSummary(win, state, base, block, utc(at), ns, ne)
+        for win, state, base, block, at, ns, ne in rows
+    ]
+
+
+def selection(*, session: Session, window: int) -> list[SelectionRecord]:
+    """The aggregation set of a window: gather peers then reserves, each by rank."""
+    stmt = select(m.Selection).where(m.Selection.window == window)
+    rows = session.scalars(stmt.order_by(m.Selection.role, m.Selection.rank))
+    return [SelectionRecord(hotkey=s.hotkey, uid=s.uid, role=s.role, rank=s.rank) for s in rows]
+
+
+def _fields(row: Any, record_type: Any) -> dict[str, Any]:
+    names = record_type if isinstance(record_type, tuple) else [f.name for f in fields(record_type)]
+    return {n: getattr(row, n) for n in names}
+
+
+def _children(session: Session, window: int) -> dict[str, Any]:
+    def rows(model: type[m.Base], *order: Any) -> list[Any]:
+        return list(session.scalars(select(model).where(model.window == window).order_by(*order)))  # type: ignore[attr-defined]
+
+    return {
+        "submissions": [_submission(s) for s in rows(m.Submission, m.Submission.hotkey)],
+        "evaluations": [
+            EvaluationRecord(**_fields(e, EvaluationRecord)) for e in rows(m.Evaluation, m.Evaluation.hotkey)
+        ],
+        "ratings": [_rating(r) for r in rows(m.RatingHistory, m.RatingHistory.hotkey)],
+        "penalties": [PenaltyRecord(**_fields(p, PenaltyRecord)) for p in rows(m.Penalty, m.Penalty.id)],
+        "copy_pairs": [
+            CopyPairRecord(**_fields(c, CopyPairRecord))
+            for c in rows(m.CopyPair, m.CopyPair.hotkey_a, m.CopyPair.hotkey_b)
+        ],
+        "selections": selection(session=session, window=window),
+    }
+
+
+def _submission(row: m.Submission) -> SubmissionRecord:
+    values = _fields(row, SubmissionRecord)
+    values["storage_time"], values["fetched_time"] = utc(row.storage_time), utc(row.fetched_time)
+    return SubmissionRecord(**values)
+
+
+def window_detail(*, session: Session, window: int) -> WindowRecord | None:
+    """The window as committed (or as far as it got), children ordered by hotkey."""
+    w = session.get(m.Window, window)
+    if w is None:
+        return None
+    header = _fields(
+        w,
+        ("window", "base_fingerprint", "heldout_seed", "config_digest", "code_version", "start_block"),
+    )
+    return WindowRecord(
+        **header,
+        timings=w.timings,
+        aggregate_digests=w.aggregate_digests,
+        **_children(session, window),
+    )
+
+
+def weight_sets(*, session: Session, window: int | None = None, limit: int = 50) -> list[WeightSetRecord]:
+    """Weight-setting attempts, newest first (optionally of one window)."""
+    stmt = select(m.WeightSet)
+    if window is not None:
+        stmt = stmt.where(m.WeightSet.window == window)
+    rows = session.scalars(stmt.order_by(m.WeightSet.id.desc()).limit(limit))
+    return [
+        WeightSetRecord(
+            window=r.window, block=r.block, uids=r.uids, weights=r.weights, outcome=r.outcome, error=r.error
+        )
+        for r in rows
+    ]

@@ -1,0 +1,248 @@
+"""Plain frozen values the validator writes and the API reads (no SQLAlchemy rows leave storage).
+
+Sequences passed in are normalised to tuples, so a record read back compares equal to the one written.
+Timestamps are timezone-aware UTC; JSON mappings hold only JSON values (floats round-trip exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+SUBMISSION_STATUSES: Final = frozenset({"ok", "missing", "early", "late", "invalid"})
+SELECTION_ROLES: Final = frozenset({"gather", "reserve"})
+WINDOW_STATES: Final = ("open", "scored", "committed")
+WEIGHT_OUTCOMES: Final = frozenset({"ok", "failed", "skipped"})
+
+JsonMap = Mapping[str, Any]
+
+
+def _check_window(window: int) -> None:
+    if window < 0:
+        raise ValueError(f"window must be >= 0, got {window}")
+
+
+def _freeze(obj: object, name: str) -> None:
+    # Frozen dataclasses need object.__setattr__ to normalise a field once, at construction.
+    object.__setattr__(obj, name, tuple(getattr(obj, name)))
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionRecord:
+    """What was fetched for one peer in one window, and the verdict on it."""
+
+    hotkey: str
+    uid: int
+    status: str
+    reason: str | None = None
+    detail: str = ""
+    object_key: str | None = None
+    etag: str | None = None
+    version_id: str | None = None
+    size: int | None = None
+    payload_digest: str | None = None
+    content_digest: str | None = None  # SHA-256 of the raw bytes: the archive key
+    storage_time: datetime | None = None
+    fetched_time: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in SUBMISSION_STATUSES:
+            raise ValueError(f"unknown submission status {self.status!r}")
+        if self.status != "ok" and self.reason is None:
+            raise ValueError("a submission that is not ok needs a reason code")
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationRecord:
+    """One LossScore evaluation (DESIGN.md §6)."""
+
+    hotkey: str
+    loss_own_before: float
+    loss_own_after: float
+    loss_rand_before: float
+    loss_rand_after: float
+    score: float
+    own_gain: float
+    indicator: int
+    timings: JsonMap = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.indicator not in (-1, 1):
+            raise ValueError(f"indicator must be -1 or +1, got {self.indicator}")
+
+
+@dataclass(frozen=True, slots=True)
+class RatingRecord:
+    """A peer's rating as of one window; `state` is the full serialized state replay reloads."""
+
+    hotkey: str
+    uid: int
+    mu: float
+    sigma: float
+    bma: float
+    final_score: float
+    penalty: JsonMap = field(default_factory=dict)
+    last_evaluated_window: int | None = None
+    state: JsonMap = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.sigma < 0:
+            raise ValueError(f"sigma must be >= 0, got {self.sigma}")
+
+
+@dataclass(frozen=True, slots=True)
+class PenaltyRecord:
+    """One penalty applied in a window (missing, invalid, copy, inactive, ban)."""
+
+    hotkey: str
+    kind: str
+    multiplier: float
+    detail: str = ""
+    until_window: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPairRecord:
+    """A flagged pair of similar submissions; `offender` is the later uploader."""
+
+    hotkey_a: str
+    hotkey_b: str
+    overlap: float
+    sign_agreement: float
+    offender: str
+
+    def __post_init__(self) -> None:
+        if self.offender not in (self.hotkey_a, self.hotkey_b):
+            raise ValueError("the offender must be one of the pair")
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionRecord:
+    """A peer chosen for aggregation: role `gather` or `reserve`, rank from 0."""
+
+    hotkey: str
+    uid: int
+    role: str
+    rank: int
+
+    def __post_init__(self) -> None:
+        if self.role not in SELECTION_ROLES:
+            raise ValueError(f"unknown selection role {self.role!r}")
+        if self.rank < 0:
+            raise ValueError(f"rank must be >= 0, got {self.rank}")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightSetRecord:
+    """One attempt to set weights on chain, successful or not."""
+
+    window: int
+    block: int | None
+    uids: Sequence[int]
+    weights: Sequence[float]
+    outcome: str
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_window(self.window)
+        if self.outcome not in WEIGHT_OUTCOMES:
+            raise ValueError(f"unknown weight-set outcome {self.outcome!r}")
+        if len(self.uids) != len(self.weights):
+            raise ValueError("uids and weights must have the same length")
+        _freeze(self, "uids")
+        _freeze(self, "weights")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRecord:
+    """Everything the validator decided for one window; committed in one transaction."""
+
+    window: int
+    base_fingerprint: str
+    heldout_seed: str
+    config_digest: str
+    code_version: str
+    start_block: int | None = None
+    timings: JsonMap = field(default_factory=dict)
+    aggregate_digests: Sequence[str] = ()
+    submissions: Sequence[SubmissionRecord] = ()
+    evaluations: Sequence[EvaluationRecord] = ()
+    ratings: Sequence[RatingRecord] = ()
+    penalties: Sequence[PenaltyRecord] = ()
+    copy_pairs: Sequence[CopyPairRecord] = ()
+    selections: Sequence[SelectionRecord] = ()
+
+    def __post_init__(self) -> None:
+        _check_window(self.window)
+        for name in ("aggregate_digests", "submissions", "evaluations", "ratings"):
+            _freeze(self, name)
+        for name in ("penalties", "copy_pairs", "selections"):
+            _freeze(self, name)
+        for name in ("submissions", "evaluations", "ratings", "selections"):
+            hotkeys = [r.hotkey for r in getattr(self, name)]
+            if len(hotkeys) != len(set(hotkeys)):
+                raise ValueError(f"duplicate hotkey in {name}")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSummary:
+    """A window's header as listed by the API."""
+
+    window: int
+    state: str
+    base_fingerprint: str
+    start_block: int | None
+    committed_at: datetime | None
+    n_submissions: int
+    n_evaluations: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderboardEntry:
+    """One row of the leaderboard, ranked by final score (rank 1 is best)."""
+
+    rank: int
+    hotkey: str
+    uid: int
+    mu: float
+    sigma: float
+    bma: float
+    final_score: float
+    last_evaluated_window: int | None
+    updated_window: int
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPoint:
+    """A peer's rating as committed for one window."""
+
+    window: int
+    uid: int
+    mu: float
+    sigma: float
+    bma: float
+    final_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSummary:
+    """A peer's identity, uid history (uid, first window, last window) and current rating."""
+
+    hotkey: str
+    uid: int
+    first_window: int
+    last_window: int
+    uid_history: tuple[tuple[int, int, int], ...]
+    rating: RatingRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """A stored model checkpoint: the global model at the start of `window`."""
+
+    window: int
+    key: str
+    digest: str
+    size: int

@@ -1,0 +1,172 @@
+"""Round trips of every repository function on real Postgres and SQLite."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from storage import models as m
+from storage.db import session_scope
+from storage.queries import (
+    latest_committed_window,
+    leaderboard,
+    list_windows,
+    load_rating_state_before,
+    load_ratings,
+    peer_history,
+    peer_summary,
+    selection,
+    weight_sets,
+    window_detail,
+    window_state,
+)
+from storage.records import RatingRecord, SubmissionRecord, WeightSetRecord
+from storage.writer import CommitOutcome, commit_window, mark_window_scored, open_window, record_weight_set
+from tests.storage_fixtures import (  # noqa: F401
+    db_url_fixture,
+    engine_fixture,
+    hotkey,
+    make_window,
+    pg_url_fixture,
+    sqlite_url_fixture,
+)
+
+
+def _count(engine: Engine, model: type[m.Base]) -> int:
+    with session_scope(engine) as s:
+        return int(s.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_commit_then_window_detail_returns_the_same_record(engine: Engine) -> None:
+    record = make_window(7)
+    with session_scope(engine) as s:
+        assert commit_window(session=s, record=record) is CommitOutcome.COMMITTED
+    with session_scope(engine) as s:
+        got = window_detail(session=s, window=7)
+        assert window_state(session=s, window=7) == "committed"
+        assert window_detail(session=s, window=8) is None
+    assert got == record
+    # Floats are bit-exact (1e-17 steps and 1e-300 inside JSON survive).
+    assert got is not None and got.evaluations[1].score == 0.1 / 3 + 1e-17
+    assert got.ratings[0].state["history"] == [0.1, 1e-300, -2.5e17]
+
+
+def test_second_commit_is_a_no_op(engine: Engine) -> None:
+    record = make_window(3)
+    with session_scope(engine) as s:
+        assert commit_window(session=s, record=record) is CommitOutcome.COMMITTED
+    changed = dataclasses.replace(record, code_version="other")
+    with session_scope(engine) as s:
+        assert commit_window(session=s, record=changed) is CommitOutcome.ALREADY_COMMITTED
+    assert _count(engine, m.Submission) == 8
+    assert _count(engine, m.RatingHistory) == 8
+    with session_scope(engine) as s:
+        got = window_detail(session=s, window=3)
+    assert got is not None and got.code_version == "0.1.0+test"
+
+
+def test_open_scored_committed_state_machine(engine: Engine) -> None:
+    record = make_window(11)
+    with session_scope(engine) as s:
+        assert open_window(session=s, record=record)
+        assert not open_window(session=s, record=record)
+        assert window_state(session=s, window=11) == "open"
+        assert latest_committed_window(session=s) is None
+    with session_scope(engine) as s:
+        assert mark_window_scored(session=s, window=11)
+        assert not mark_window_scored(session=s, window=11)
+        assert window_state(session=s, window=11) == "scored"
+    with session_scope(engine) as s:
+        assert commit_window(session=s, record=record) is CommitOutcome.COMMITTED
+    with session_scope(engine) as s:
+        assert window_state(session=s, window=11) == "committed"
+        assert latest_committed_window(session=s) == 11
+        assert [w.state for w in list_windows(session=s)] == ["committed"]
+
+
+def test_ratings_leaderboard_history_and_replay_state(engine: Engine) -> None:
+    for w in (1, 2, 3):
+        with session_scope(engine) as s:
+            commit_window(session=s, record=make_window(w))
+    # An older window committed late must not overwrite the newer current rating.
+    with session_scope(engine) as s:
+        commit_window(session=s, record=make_window(0))
+    with session_scope(engine) as s:
+        ratings = load_ratings(session=s)
+        board = leaderboard(session=s, limit=3)
+        history = peer_history(session=s, hotkey=hotkey(2))
+        short = peer_history(session=s, hotkey=hotkey(2), limit=2, before=3)
+        before = load_rating_state_before(session=s, window=3)
+        latest = latest_committed_window(session=s)
+    assert ratings[hotkey(5)] == make_window(3).ratings[5]
+    assert [e.hotkey for e in board] == [hotkey(7), hotkey(6), hotkey(5)]
+    assert [e.rank for e in board] == [1, 2, 3]
+    assert board[0].final_score == 7 / 7 + 3 and board[0].updated_window == 3
+    assert [p.window for p in history] == [0, 1, 2, 3]
+    assert history[-1].mu == 25.0 + 2 / 3 + 3 / 1000
+    assert [p.window for p in short] == [1, 2]
+    assert before == {r.hotkey: r for r in make_window(2).ratings}
+    assert latest == 3
+
+
+def test_selection_peer_summary_and_window_list(engine: Engine) -> None:
+    with session_scope(engine) as s:
+        commit_window(session=s, record=make_window(1))
+    moved = dataclasses.replace(
+        make_window(2),
+        submissions=[SubmissionRecord(hotkey(0), 42, "missing", "missing")],
+        ratings=[RatingRecord(hotkey(0), 42, 20.0, 5.0, 0.0, 0.0)],
+        evaluations=[],
+        penalties=[],
+        copy_pairs=[],
+        selections=[],
+    )
+    with session_scope(engine) as s:
+        commit_window(session=s, record=moved)
+    with session_scope(engine) as s:
+        sel = selection(session=s, window=1)
+        peer = peer_summary(session=s, hotkey=hotkey(0))
+        windows = list_windows(session=s, limit=10)
+        assert peer_summary(session=s, hotkey="nobody") is None
+        assert selection(session=s, window=2) == []
+    assert [(x.role, x.rank) for x in sel] == [("gather", 0), ("gather", 1), ("gather", 2), ("reserve", 0)]
+    assert peer is not None and peer.uid == 42 and (peer.first_window, peer.last_window) == (1, 2)
+    assert peer.uid_history == ((0, 1, 1), (42, 2, 2))
+    assert peer.rating == RatingRecord(hotkey(0), 42, 20.0, 5.0, 0.0, 0.0)
+    assert [(w.window, w.n_submissions, w.n_evaluations) for w in windows] == [(2, 1, 0), (1, 8, 4)]
+    assert windows[0].committed_at is not None and windows[0].committed_at.tzinfo is not None
+
+
+def test_weight_sets_are_appended_after_commit(engine: Engine) -> None:
+    with session_scope(engine) as s:
+        commit_window(session=s, record=make_window(3))
+    failed = WeightSetRecord(3, 900, [1, 2], [0.25, 0.75], "failed", "rate limited")
+    ok = WeightSetRecord(3, 905, [1, 2], [0.25, 0.75], "ok")
+    with session_scope(engine) as s:
+        first = record_weight_set(session=s, record=failed)
+        second = record_weight_set(session=s, record=ok)
+    assert second > first
+    with session_scope(engine) as s:
+        assert weight_sets(session=s, window=3) == [ok, failed]
+        assert weight_sets(session=s, window=4) == []
+
+
+def test_commit_refuses_unknown_hotkeys(engine: Engine) -> None:
+    record = dataclasses.replace(make_window(1), copy_pairs=[], penalties=[], selections=[])
+    bad = dataclasses.replace(record, submissions=record.submissions[1:], ratings=record.ratings[1:])
+    with pytest.raises(ValueError, match="without a submission"), session_scope(engine) as s:
+        commit_window(session=s, record=bad)
+    assert _count(engine, m.Window) == 0
+
+
+def test_records_validate() -> None:
+    with pytest.raises(ValueError, match="reason"):
+        SubmissionRecord("h", 1, "invalid")
+    with pytest.raises(ValueError, match="status"):
+        SubmissionRecord("h", 1, "weird", "x")
+    with pytest.raises(ValueError, match="same length"):
+        WeightSetRecord(1, None, [1], [], "ok")
+    with pytest.raises(ValueError, match="duplicate"):
+        dataclasses.replace(make_window(1), ratings=list(make_window(1).ratings) * 2)
