@@ -1,0 +1,261 @@
+"""Persistent ratings and the final score (DESIGN.md §6, §7).
+
+The state is an explicit value: `update_ratings(state, window, outcomes, cfg)` returns a new state
+and touches nothing else, so storage can persist it and replay can recompute it bit for bit.
+
+Choices where the design leaves room (all configurable):
+- the BMA warm-up counts *evaluated* windows (the windows in which the BMA moved); the 0.10 gate
+  applies from the (warm-up + 1)-th evaluation on, to the final score only (the stored BMA is kept);
+- a valid submission that was not sampled for evaluation keeps its final score as it was;
+- missing, early and late submissions count as misses; invalid ones set the final score to 0;
+- a banned peer is still rated, but its final score is 0 until `window >= ban_until`;
+- a ban covers the window it was found in and the next `ban_windows − 1`;
+- a peer absent from the outcomes is inactive; after `inactive_reset_windows` it is dropped;
+- a uid that appears under a new hotkey, or a hotkey under a new uid, starts a fresh peer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from openskill.models import PlackettLuce
+
+from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
+from scoring.uniqueness import CopyTier
+
+
+class Status(StrEnum):
+    OK = "ok"
+    MISSING = "missing"
+    EARLY = "early"
+    LATE = "late"
+    INVALID = "invalid"
+
+
+_MISSED = frozenset({Status.MISSING, Status.EARLY, Status.LATE})
+
+
+@dataclass(frozen=True, slots=True)
+class RatingConfig:
+    mu: float = 25.0
+    sigma: float = 25.0 / 3.0
+    beta: float = 7.0
+    tau: float = 0.1
+    absent_score: float = -99.0
+    bma_alpha: float = 0.05
+    bma_threshold: float = 0.10
+    bma_warmup: int = 10
+    penalties: PenaltyConfig = field(default_factory=PenaltyConfig)
+
+    def __post_init__(self) -> None:
+        if self.sigma <= 0 or self.beta <= 0 or self.tau < 0:
+            raise ValueError("need sigma > 0, beta > 0, tau >= 0")
+        if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
+            raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerOutcome:
+    """What happened to one peer this window. `score`/`indicator` are set iff it was evaluated."""
+
+    hotkey: str
+    uid: int
+    status: Status
+    score: float | None = None
+    indicator: int | None = None
+    sync: float = 1.0
+    copy_tier: CopyTier = CopyTier.NONE
+
+    def __post_init__(self) -> None:
+        if (self.score is None) != (self.indicator is None):
+            raise ValueError("score and indicator come together")
+        if self.score is not None and self.status is not Status.OK:
+            raise ValueError("only an ok submission can have a score")
+        if self.indicator not in (None, -1, 1) or not 0.0 <= self.sync <= 1.0:
+            raise ValueError("indicator must be ±1 and sync in [0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRating:
+    hotkey: str
+    uid: int
+    mu: float
+    sigma: float
+    bma: float = 0.0
+    evaluations: int = 0
+    windows_seen: int = 0
+    consecutive_misses: int = 0
+    consecutive_negative: int = 0
+    inactive_windows: int = 0
+    ban_until: int = 0  # banned while window < ban_until
+    last_evaluated: int | None = None
+    final: float = 0.0
+
+    @property
+    def ordinal(self) -> float:
+        return self.mu - 3.0 * self.sigma
+
+    def banned(self, window: int) -> bool:
+        return window < self.ban_until
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> PeerRating:
+        names = {f.name for f in dataclasses.fields(PeerRating)}
+        if set(data) != names:
+            raise ValueError(f"peer rating fields differ: {sorted(set(data) ^ names)}")
+        return PeerRating(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class RatingState:
+    """Every known peer's rating, keyed by hotkey, after window `window` (None: nothing yet)."""
+
+    peers: Mapping[str, PeerRating] = field(default_factory=dict)
+    window: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"window": self.window, "peers": [self.peers[k].to_dict() for k in sorted(self.peers)]}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> RatingState:
+        peers = [PeerRating.from_dict(p) for p in data["peers"]]
+        return RatingState({p.hotkey: p for p in peers}, data["window"])
+
+
+def ranked_by_uid(state: RatingState, window: int) -> list[tuple[int, float]]:
+    """(uid, final score) for weight policies, best first; banned peers score 0."""
+    pairs = [(p.uid, 0.0 if p.banned(window) else p.final) for p in state.peers.values()]
+    return sorted(pairs, key=lambda r: (-r[1], r[0]))
+
+
+def fresh_rating(hotkey: str, uid: int, cfg: RatingConfig) -> PeerRating:
+    return PeerRating(hotkey=hotkey, uid=uid, mu=cfg.mu, sigma=cfg.sigma)
+
+
+def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
+    """`max(ordinal, 0) × bma × sync`, the BMA gated to 0 below the threshold after warm-up."""
+    bma = peer.bma
+    if peer.evaluations > cfg.bma_warmup and bma < cfg.bma_threshold:
+        bma = 0.0
+    return max(peer.ordinal, 0.0) * max(bma, 0.0) * sync
+
+
+def update_bma(bma: float, indicator: int, alpha: float) -> float:
+    return (1.0 - alpha) * bma + alpha * indicator
+
+
+def update_ratings(
+    state: RatingState, window: int, outcomes: Sequence[PeerOutcome], cfg: RatingConfig
+) -> RatingState:
+    """Apply one window: the match, each peer's outcome, penalties and inactivity."""
+    if state.window is not None and window <= state.window:
+        raise ValueError(f"window {window} does not follow {state.window}")
+    hotkeys = [o.hotkey for o in outcomes]
+    if len(set(hotkeys)) != len(hotkeys) or len({o.uid for o in outcomes}) != len(outcomes):
+        raise ValueError("one outcome per hotkey and per uid")
+    known = _known_peers(state.peers, outcomes, cfg)
+    rated = play_match(known, outcomes, cfg)
+    peers: dict[str, PeerRating] = {}
+    for o in sorted(outcomes, key=lambda o: o.hotkey):
+        peers[o.hotkey] = _apply_outcome(rated[o.hotkey], o, window, cfg)
+    for hotkey, peer in state.peers.items():
+        if hotkey not in known and not _recycled(peer, outcomes):
+            inactive = _apply_inactivity(peer, window, cfg)
+            if inactive is not None:
+                peers[hotkey] = inactive
+    return RatingState(dict(sorted(peers.items())), window)
+
+
+def play_match(
+    peers: Mapping[str, PeerRating], outcomes: Sequence[PeerOutcome], cfg: RatingConfig
+) -> dict[str, PeerRating]:
+    """One Plackett-Luce match over evaluated peers and, at `absent_score`, missing/invalid ones."""
+    entrants = sorted(
+        (o.hotkey, o.score if o.score is not None else cfg.absent_score)
+        for o in outcomes
+        if o.score is not None or o.status is not Status.OK
+    )
+    out = dict(peers)
+    if len(entrants) < 2:
+        return out
+    model = PlackettLuce(mu=cfg.mu, sigma=cfg.sigma, beta=cfg.beta, tau=cfg.tau)
+    teams = [[model.rating(mu=peers[h].mu, sigma=peers[h].sigma)] for h, _ in entrants]
+    result = model.rate(teams, scores=[s for _, s in entrants])
+    for (hotkey, _), team in zip(entrants, result, strict=True):
+        out[hotkey] = replace(peers[hotkey], mu=float(team[0].mu), sigma=float(team[0].sigma))
+    return out
+
+
+def _known_peers(
+    peers: Mapping[str, PeerRating], outcomes: Sequence[PeerOutcome], cfg: RatingConfig
+) -> dict[str, PeerRating]:
+    """The rating each outcome's peer starts the window with (fresh when new or re-registered)."""
+    known: dict[str, PeerRating] = {}
+    for o in outcomes:
+        old = peers.get(o.hotkey)
+        if old is not None and old.uid == o.uid:
+            known[o.hotkey] = old
+        else:  # new, or re-registered under another uid: a new peer, but a ban sticks to the hotkey
+            ban = old.ban_until if old is not None else 0
+            known[o.hotkey] = replace(fresh_rating(o.hotkey, o.uid, cfg), ban_until=ban)
+    return known
+
+
+def _recycled(peer: PeerRating, outcomes: Sequence[PeerOutcome]) -> bool:
+    """The peer's uid now belongs to another hotkey: the old peer is gone."""
+    return any(o.uid == peer.uid and o.hotkey != peer.hotkey for o in outcomes)
+
+
+def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingConfig) -> PeerRating:
+    peer = replace(peer, windows_seen=peer.windows_seen + 1, inactive_windows=0)
+    if o.score is not None and o.indicator is not None:
+        peer = replace(
+            peer,
+            bma=update_bma(peer.bma, o.indicator, cfg.bma_alpha),
+            evaluations=peer.evaluations + 1,
+            last_evaluated=window,
+            consecutive_misses=0,
+            consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,
+        )
+        peer = replace(peer, final=final_score(peer, o.sync, cfg))
+    elif o.status in _MISSED:
+        misses = peer.consecutive_misses + 1
+        factor = miss_multiplier(misses, cfg.penalties)
+        peer = replace(peer, consecutive_misses=misses, final=scale_positive(peer.final, factor))
+    elif o.status is Status.INVALID:
+        peer = replace(peer, consecutive_misses=0, final=0.0)
+    else:  # valid, not sampled for evaluation this window
+        peer = replace(peer, consecutive_misses=0)
+    peer = _apply_copy(peer, o.copy_tier, window, cfg)
+    return replace(peer, final=0.0) if peer.banned(window) else peer
+
+
+def _apply_copy(peer: PeerRating, tier: CopyTier, window: int, cfg: RatingConfig) -> PeerRating:
+    if tier is CopyTier.HALVE:
+        return replace(peer, final=scale_positive(peer.final, cfg.penalties.copy_multiplier))
+    if tier is CopyTier.NONE:
+        return peer
+    reset = replace(
+        fresh_rating(peer.hotkey, peer.uid, cfg), windows_seen=peer.windows_seen, ban_until=peer.ban_until
+    )
+    if tier is CopyTier.BAN:
+        reset = replace(reset, ban_until=max(peer.ban_until, window + cfg.penalties.ban_windows))
+    return reset
+
+
+def _apply_inactivity(peer: PeerRating, window: int, cfg: RatingConfig) -> PeerRating | None:
+    inactive = peer.inactive_windows + 1
+    if inactive < cfg.penalties.inactive_reset_windows:
+        final = scale_positive(peer.final, cfg.penalties.inactive_multiplier)
+        return replace(peer, inactive_windows=inactive, final=final)
+    if not peer.banned(window):
+        return None
+    # Keep a banned peer's record so that going quiet does not shorten its ban.
+    return replace(fresh_rating(peer.hotkey, peer.uid, cfg), ban_until=peer.ban_until)

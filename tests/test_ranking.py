@@ -1,0 +1,158 @@
+import json
+
+import pytest
+
+from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
+from scoring.ranking import (
+    PeerOutcome,
+    PeerRating,
+    RatingConfig,
+    RatingState,
+    Status,
+    final_score,
+    update_bma,
+    update_ratings,
+)
+from scoring.uniqueness import CopyTier
+
+CFG = RatingConfig()
+
+
+def ok(hotkey: str, uid: int, score: float, indicator: int = 1, **kw: object) -> PeerOutcome:
+    return PeerOutcome(hotkey, uid, Status.OK, score, indicator, **kw)  # type: ignore[arg-type]
+
+
+def test_match_of_fresh_peers_matches_openskill_reference() -> None:
+    state = update_ratings(RatingState(), 1, [ok("a", 0, 0.010), ok("b", 1, 0.005), ok("c", 2, -0.002)], CFG)
+    expected = {
+        "a": (27.4562, 8.2535, 2.6956),
+        "b": (25.6141, 8.1621, 1.1276),
+        "c": (21.9297, 8.1621, -2.5567),
+    }
+    for hotkey, (mu, sigma, ordinal) in expected.items():
+        p = state.peers[hotkey]
+        assert (p.mu, p.sigma, p.ordinal) == pytest.approx((mu, sigma, ordinal), abs=1e-4)
+
+
+def test_missing_peer_enters_at_minus_99() -> None:
+    outcomes = [ok("a", 0, 0.004), PeerOutcome("b", 1, Status.MISSING)]
+    p = update_ratings(RatingState(), 1, outcomes, CFG).peers["a"]
+    assert (p.mu, p.sigma, p.ordinal) == pytest.approx((27.2562, 8.1669, 2.7555), abs=1e-4)
+
+
+def test_bma_after_consecutive_positive_indicators() -> None:
+    values = []
+    bma = 0.0
+    for _ in range(3):
+        bma = update_bma(bma, 1, 0.05)
+        values.append(bma)
+    assert values == pytest.approx([0.05, 0.0975, 0.142625], abs=1e-15)
+
+
+def test_final_score_formula_and_gate() -> None:
+    p = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.5, evaluations=3)
+    assert final_score(p, 1.0, CFG) == pytest.approx(15.0 * 0.5)
+    assert final_score(p, 0.5, CFG) == pytest.approx(15.0 * 0.5 * 0.5)
+    low = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.09, evaluations=10)
+    assert final_score(low, 1.0, CFG) == pytest.approx(15.0 * 0.09)  # still warming up
+    assert final_score(PeerRating("a", 0, 30.0, 5.0, 0.09, 11), 1.0, CFG) == 0.0
+    assert final_score(PeerRating("a", 0, 14.0, 5.0, 0.9, 11), 1.0, CFG) == 0.0  # negative ordinal
+    assert final_score(PeerRating("a", 0, 30.0, 5.0, -0.2, 1), 1.0, CFG) == 0.0  # negative bma
+
+
+def test_penalty_helpers() -> None:
+    cfg = PenaltyConfig()
+    assert [miss_multiplier(k, cfg) for k in (1, 2, 3, 7)] == [0.75, 0.5, 0.0, 0.0]
+    assert scale_positive(2.0, 0.5) == 1.0
+    assert scale_positive(-2.0, 0.5) == -2.0
+    with pytest.raises(ValueError):
+        PenaltyConfig(miss_multipliers=(1.5,))
+
+
+def _state_with(final: float, **kw: object) -> RatingState:
+    peer = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.5, evaluations=3, final=final, **kw)  # type: ignore[arg-type]
+    return RatingState({"a": peer}, 0)
+
+
+def test_consecutive_misses_compound() -> None:
+    state = _state_with(8.0)
+    finals = []
+    for w in (1, 2, 3):
+        state = update_ratings(state, w, [PeerOutcome("a", 0, Status.LATE)], CFG)
+        finals.append(state.peers["a"].final)
+    assert finals == [6.0, 3.0, 0.0]
+    assert state.peers["a"].consecutive_misses == 3
+
+
+def test_invalid_zeroes_and_unsampled_keeps_final() -> None:
+    state = update_ratings(_state_with(8.0), 1, [PeerOutcome("a", 0, Status.OK)], CFG)
+    assert state.peers["a"].final == 8.0
+    state = update_ratings(state, 2, [PeerOutcome("a", 0, Status.INVALID)], CFG)
+    assert state.peers["a"].final == 0.0
+
+
+def test_copy_tiers() -> None:
+    halved = update_ratings(
+        _state_with(8.0), 1, [PeerOutcome("a", 0, Status.OK, copy_tier=CopyTier.HALVE)], CFG
+    )
+    assert halved.peers["a"].final == 4.0
+    reset = update_ratings(
+        _state_with(8.0), 1, [PeerOutcome("a", 0, Status.OK, copy_tier=CopyTier.RESET)], CFG
+    )
+    r = reset.peers["a"]
+    assert (r.mu, r.sigma, r.bma, r.final, r.ban_until) == (25.0, 25.0 / 3.0, 0.0, 0.0, 0)
+    banned = update_ratings(
+        _state_with(8.0), 5, [PeerOutcome("a", 0, Status.OK, copy_tier=CopyTier.BAN)], CFG
+    )
+    b = banned.peers["a"]
+    assert b.ban_until == 25 and b.banned(24) and not b.banned(25)
+    again = update_ratings(banned, 6, [ok("a", 0, 0.01)], CFG)
+    assert again.peers["a"].final == 0.0 and again.peers["a"].evaluations == 1
+
+
+def test_inactivity_decays_then_drops() -> None:
+    state = _state_with(8.0)
+    other = [ok("b", 1, 0.01)]
+    state = update_ratings(state, 1, other, CFG)
+    assert state.peers["a"].final == 6.0 and state.peers["a"].inactive_windows == 1
+    state = update_ratings(state, 2, other, CFG)
+    assert state.peers["a"].final == 4.5
+    state = update_ratings(state, 3, other, CFG)
+    assert "a" not in state.peers
+
+
+def test_hotkey_change_on_uid_starts_new_peer() -> None:
+    state = update_ratings(_state_with(8.0), 1, [ok("z", 0, 0.01)], CFG)
+    assert set(state.peers) == {"z"}
+    assert state.peers["z"].evaluations == 1 and state.peers["z"].mu == 25.0  # alone: no match
+
+
+def test_negative_streak_counts_evaluated_scores() -> None:
+    state = RatingState()
+    for w, score in enumerate([-0.1, -0.2, -0.3], start=1):
+        state = update_ratings(state, w, [ok("a", 0, score), ok("b", 1, 0.1)], CFG)
+    assert state.peers["a"].consecutive_negative == 3
+    state = update_ratings(state, 4, [ok("a", 0, 0.0), ok("b", 1, 0.1)], CFG)
+    assert state.peers["a"].consecutive_negative == 0
+
+
+def test_state_round_trips_through_json_bit_exactly() -> None:
+    state = RatingState()
+    for w in range(1, 6):
+        outcomes = [ok("a", 0, 0.01 * w), ok("b", 1, -0.003, -1), PeerOutcome("c", 2, Status.MISSING)]
+        state = update_ratings(state, w, outcomes, CFG)
+    restored = RatingState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored == state
+    nxt = [ok("a", 0, 0.02), ok("b", 1, 0.01), ok("c", 2, 0.0)]
+    assert update_ratings(restored, 6, nxt, CFG) == update_ratings(state, 6, nxt, CFG)
+
+
+def test_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        update_ratings(RatingState({}, 5), 5, [], CFG)
+    with pytest.raises(ValueError):
+        update_ratings(RatingState(), 1, [ok("a", 0, 0.1), ok("a", 1, 0.1)], CFG)
+    with pytest.raises(ValueError):
+        PeerOutcome("a", 0, Status.MISSING, 0.1, 1)
+    with pytest.raises(ValueError):
+        PeerRating.from_dict({"hotkey": "a"})

@@ -1,0 +1,45 @@
+import pytest
+
+from scoring.ranking import PeerRating, RatingState, ranked_by_uid
+from scoring.selection import SelectionConfig, select_from_ratings, select_peers
+
+
+def test_gather_and_reserve_by_score_with_key_tie_break() -> None:
+    scores = {u: float(10 - u // 2) for u in range(12)}  # pairs tie: (0,1), (2,3), ...
+    sel = select_peers(scores, range(12), set(), {}, SelectionConfig(gather_peers=3, reserve_peers=2))
+    assert sel.gather == (0, 1, 2)
+    assert sel.reserve == (3, 4)
+
+
+def test_exclusions() -> None:
+    scores = {1: 5.0, 2: 4.0, 3: 3.0, 4: 2.0, 5: 1.0, 6: 9.0}
+    valid = {1, 2, 3, 4, 5}  # 6 has the best score but no valid submission
+    sel = select_peers(scores, valid, banned={2}, neg_streaks={3: 3, 4: 2}, cfg=SelectionConfig(2, 5))
+    assert sel.gather == (1, 4)
+    assert sel.reserve == (5,)
+
+
+def test_zero_scores_selected_unless_positive_required() -> None:
+    scores = {"b": 0.0, "a": 0.0, "c": 1.0}
+    assert select_peers(scores, scores, (), {}).gather == ("c", "a", "b")
+    strict = SelectionConfig(require_positive=True)
+    assert select_peers(scores, scores, (), {}, strict).gather == ("c",)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        SelectionConfig(gather_peers=0)
+
+
+def test_select_from_ratings_reads_state() -> None:
+    peers = {
+        "a": PeerRating("a", 0, 25.0, 8.0, final=3.0),
+        "b": PeerRating("b", 1, 25.0, 8.0, final=9.0, ban_until=10),
+        "c": PeerRating("c", 2, 25.0, 8.0, final=5.0, consecutive_negative=3),
+        "d": PeerRating("d", 3, 25.0, 8.0, final=1.0),
+    }
+    state = RatingState(peers, 4)
+    sel = select_from_ratings(state, {"a", "b", "c", "d"}, 5, SelectionConfig(1, 1))
+    assert (sel.gather, sel.reserve) == (("a",), ("d",))
+    assert select_from_ratings(state, {"b"}, 10).gather == ("b",)  # ban over
+    assert ranked_by_uid(state, 5) == [(2, 5.0), (0, 3.0), (3, 1.0), (1, 0.0)]

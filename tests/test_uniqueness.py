@@ -1,0 +1,142 @@
+import numpy as np
+import pytest
+import torch
+
+from scoring.types import Reason, SparseParam
+from scoring.uniqueness import (
+    CopyFinding,
+    CopyTier,
+    PeerPayload,
+    UniquenessConfig,
+    exact_overlap,
+    find_copies,
+    offender_tiers,
+)
+
+torch.set_num_threads(1)
+
+SHAPES = {"w": (30 * 4096 + 1000,), "b": (40,)}  # 30 full chunks, a 1000-long one, a 40-long one
+
+
+def random_update(rng: np.random.Generator) -> dict[str, SparseParam]:
+    """One kept index per stratum of 64 in every chunk: sorted, unique, random."""
+    out = {}
+    for name, shape in SHAPES.items():
+        n = shape[0]
+        parts = []
+        for start in range(0, n, 4096):
+            length = min(4096, n - start)
+            k = min(64, length)
+            if length == 4096:
+                parts.append(start + np.arange(k) * 64 + rng.integers(0, 64, k))
+            else:
+                parts.append(start + np.sort(rng.choice(length, k, replace=False)))
+        idx = np.concatenate(parts)
+        vals = rng.standard_normal(idx.size).astype(np.float32)
+        out[name] = SparseParam(shape, torch.from_numpy(idx), torch.from_numpy(vals))
+    return out
+
+
+def copy_of(
+    src: dict[str, SparseParam], own: dict[str, SparseParam], frac: float, rng: np.random.Generator
+) -> dict[str, SparseParam]:
+    """`own`, with a random `frac` of its slots replaced by `src`'s (same stratum keeps order)."""
+    out = {}
+    for name, p in own.items():
+        k = p.indices.numel()
+        take = torch.zeros(k, dtype=torch.bool)
+        take[torch.from_numpy(rng.permutation(k)[: round(frac * k)])] = True
+        out[name] = SparseParam(
+            p.shape,
+            torch.where(take, src[name].indices, p.indices),
+            torch.where(take, src[name].values, p.values),
+        )
+    return out
+
+
+def payload(hotkey: str, update: dict[str, SparseParam], t: float, digest: str | None = None) -> PeerPayload:
+    return PeerPayload(hotkey, digest or f"d-{hotkey}", t, update)
+
+
+def test_exact_overlap_literal() -> None:
+    a = {"w": SparseParam((8,), torch.tensor([0, 2, 5, 7]), torch.tensor([1.0, -1.0, 2.0, 3.0]))}
+    b = {"w": SparseParam((8,), torch.tensor([0, 2, 6, 7]), torch.tensor([4.0, 1.0, 2.0, 5.0]))}
+    # shared coordinates 0, 2, 7; signs agree on 0 and 7 only
+    assert exact_overlap(a, b, UniquenessConfig(chunk=8, topk=4)) == 0.5
+
+
+def test_random_peers_overlap_about_one_percent() -> None:
+    rng = np.random.default_rng(0)
+    a, b = random_update(rng), random_update(rng)
+    assert 0.0 < exact_overlap(a, b) < 0.03
+
+
+def test_tiers() -> None:
+    cfg = UniquenessConfig()
+    assert [cfg.tier(x) for x in (0.39, 0.4, 0.5, 0.6, 1.0)] == [
+        CopyTier.NONE,
+        CopyTier.HALVE,
+        CopyTier.RESET,
+        CopyTier.BAN,
+        CopyTier.BAN,
+    ]
+    with pytest.raises(ValueError):
+        UniquenessConfig(halve_at=0.6, reset_at=0.5)
+
+
+def test_finds_planted_copies_and_later_uploader() -> None:
+    rng = np.random.default_rng(1)
+    honest = [random_update(rng) for _ in range(8)]
+    peers = [payload(f"h{i}", u, 10.0 + i) for i, u in enumerate(honest)]
+    peers.append(payload("c45", copy_of(honest[0], random_update(rng), 0.45, rng), 30.0))
+    peers.append(payload("c70", copy_of(honest[1], random_update(rng), 0.70, rng), 5.0))  # earlier!
+    found = find_copies(peers, seed=3)
+    by_pair = {(f.offender, f.other): f for f in found}
+    assert set(by_pair) == {("c45", "h0"), ("h1", "c70")}
+    assert by_pair[("c45", "h0")].tier is CopyTier.HALVE
+    assert by_pair[("h1", "c70")].tier is CopyTier.BAN
+    assert by_pair[("c45", "h0")].reason == Reason.COPY
+    assert by_pair[("c45", "h0")].overlap == pytest.approx(0.45, abs=0.05)
+
+
+def test_equal_timestamps_make_both_offenders() -> None:
+    rng = np.random.default_rng(2)
+    a = random_update(rng)
+    peers = [payload("a", a, 1.0), payload("b", copy_of(a, random_update(rng), 0.55, rng), 1.0)]
+    found = find_copies(peers)
+    assert {(f.offender, f.other) for f in found} == {("a", "b"), ("b", "a")}
+    assert offender_tiers(found) == {"a": CopyTier.RESET, "b": CopyTier.RESET}
+
+
+def test_duplicate_payloads() -> None:
+    rng = np.random.default_rng(3)
+    u = random_update(rng)
+    peers = [payload("x", u, 2.0, "same"), payload("y", u, 1.0, "same"), payload("z", u, 3.0, "same")]
+    found = find_copies(peers)
+    assert found == [
+        CopyFinding("x", "y", 1.0, CopyTier.BAN, Reason.DUPLICATE_PAYLOAD),
+        CopyFinding("z", "y", 1.0, CopyTier.BAN, Reason.DUPLICATE_PAYLOAD),
+    ]
+
+
+def test_single_peer_and_empty() -> None:
+    rng = np.random.default_rng(4)
+    assert find_copies([payload("a", random_update(rng), 0.0)]) == []
+    assert find_copies([]) == []
+
+
+def test_whole_chunk_copier_found_from_a_small_sample() -> None:
+    rng = np.random.default_rng(5)
+    victim, own = random_update(rng), random_update(rng)
+    w = own["w"]
+    chunks = torch.from_numpy(rng.random(31) < 0.7).repeat_interleave(64)[: w.indices.numel()]
+    copied = {
+        "w": SparseParam(w.shape, torch.where(chunks, victim["w"].indices, w.indices), w.values.clone()),
+        "b": own["b"],
+    }
+    copied["w"].values[chunks] = victim["w"].values[chunks]
+    peers = [payload("v", victim, 1.0), payload("c", copied, 2.0), payload("o", random_update(rng), 3.0)]
+    cfg = UniquenessConfig(sample_blocks=12)
+    found = find_copies(peers, cfg, seed=11)
+    assert [(f.offender, f.other, f.tier) for f in found] == [("c", "v", CopyTier.BAN)]
+    assert found[0].overlap == pytest.approx(exact_overlap(victim, copied))
