@@ -42,6 +42,7 @@ class AggregateStep:
     base_fingerprint: str
     aggregate_digests: tuple[str, ...]
     content_digests: tuple[str | None, ...]  # archive keys, aligned with aggregate_digests
+    clip_reference: dict[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +99,8 @@ def _step(session: Session, window: m.Window) -> AggregateStep:
     )
     content = {payload: blob for payload, blob in rows}
     archived = tuple(content.get(d) for d in digests)
-    return AggregateStep(window.window, window.base_fingerprint, digests, archived)
+    reference = {str(k): float(v) for k, v in window.clip_reference.items()}
+    return AggregateStep(window.window, window.base_fingerprint, digests, archived, reference)
 
 
 def rebuild_plan(*, session: Session, window: int) -> RebuildPlan:

@@ -87,6 +87,7 @@ class Window(Base):
     start_block: Mapped[int | None] = mapped_column(BigInteger)
     timings: Mapped[dict[str, Any]]
     aggregate_digests: Mapped[list[Any]]
+    clip_reference: Mapped[dict[str, Any]]
     opened_at: Mapped[datetime]
     committed_at: Mapped[datetime | None]
 

@@ -47,6 +47,23 @@ def load_ratings(*, session: Session) -> dict[str, RatingRecord]:
     return {r.hotkey: _rating(r) for r in session.scalars(select(m.Rating))}
 
 
+def ratings_at(*, session: Session, window: int) -> dict[str, RatingRecord]:
+    """Every peer's rating exactly as committed by `window` (the validator rates all tracked peers
+    every window, so this is the whole rating state after that window)."""
+    rows = session.scalars(select(m.RatingHistory).where(m.RatingHistory.window == window))
+    return {r.hotkey: _rating(r) for r in rows}
+
+
+def seen_payload_digests(*, session: Session, digests: list[str], before_window: int) -> set[str]:
+    """The payload digests among `digests` already submitted in an earlier window (replays)."""
+    if not digests:
+        return set()
+    stmt = select(m.Submission.payload_digest).where(
+        m.Submission.window < before_window, m.Submission.payload_digest.in_(digests)
+    )
+    return {d for d in session.scalars(stmt.distinct()) if d is not None}
+
+
 def load_rating_state_before(*, session: Session, window: int) -> dict[str, RatingRecord]:
     """Each peer's rating as committed by the latest window before `window` (replay's starting state)."""
     latest = (
@@ -186,6 +203,7 @@ def window_detail(*, session: Session, window: int) -> WindowRecord | None:
         **header,
         timings=w.timings,
         aggregate_digests=w.aggregate_digests,
+        clip_reference=w.clip_reference,
         **_children(session, window),
     )
 

@@ -167,6 +167,7 @@ class WindowRecord:
     start_block: int | None = None
     timings: JsonMap = field(default_factory=dict)
     aggregate_digests: Sequence[str] = ()
+    clip_reference: JsonMap = field(default_factory=dict)  # per-parameter median norm used to clip
     submissions: Sequence[SubmissionRecord] = ()
     evaluations: Sequence[EvaluationRecord] = ()
     ratings: Sequence[RatingRecord] = ()

@@ -46,6 +46,7 @@ def _window_values(record: WindowRecord, state: str, now: datetime) -> dict[str,
         "start_block": record.start_block,
         "timings": dict(record.timings),
         "aggregate_digests": list(record.aggregate_digests),
+        "clip_reference": dict(record.clip_reference),
         "opened_at": now,
         "committed_at": now if state == "committed" else None,
     }

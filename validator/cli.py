@@ -9,6 +9,7 @@ import typer
 # typer ≥ 0.29 vendors its own click: its exceptions are not click's.
 from typer._click.exceptions import ClickException
 
+from validator.cli_demo import demo
 from validator.cli_submission import submission_app
 
 app = typer.Typer(
@@ -18,6 +19,7 @@ app = typer.Typer(
     help="Gauntlet: the validator for permissionless pre-training.",
 )
 app.add_typer(submission_app, name="submission")
+app.command("demo")(demo)
 
 
 def main() -> None:

@@ -1,0 +1,223 @@
+"""LossScore (DESIGN.md §6): how much a peer's update lowers the loss on its own and on held-out pages.
+
+Each update is applied to the shared model in place and sparsely (θ[idx] ← θ[idx] − β·c·v, with c the
+median-norm clip factor), three forward passes are run, and the saved originals are written back, so
+the model is bit-identical after any number of peers. Nothing per peer is dense.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from scoring.clipping import clip_factors
+from scoring.model import LlamaModel, autocast
+from scoring.types import SparseParam
+
+Batches = Sequence[torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class LossScoreConfig:
+    """β = eval_lr_factor × outer_lr is the step the update is evaluated at."""
+
+    eval_lr_factor: float = 0.2
+    outer_lr: float = 0.4
+
+    def __post_init__(self) -> None:
+        if self.eval_lr_factor <= 0 or self.outer_lr <= 0:
+            raise ValueError("eval_lr_factor and outer_lr must be positive")
+
+    @property
+    def beta(self) -> float:
+        return self.eval_lr_factor * self.outer_lr
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Seconds spent per stage for one peer; `wait_s` is time blocked on its data loading."""
+
+    wait_s: float
+    apply_s: float
+    forward_s: float
+    restore_s: float
+    total_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeerEval:
+    uid: int
+    loss_own_before: float
+    loss_own_after: float
+    loss_rand_before: float
+    loss_rand_after: float
+    score: float
+    own_gain: float
+    indicator: int
+    timings: Timings
+
+
+@dataclass(frozen=True, slots=True)
+class PeerJob:
+    """One peer to evaluate: its decoded update and a loader for its assigned evaluation batches."""
+
+    uid: int
+    update: Mapping[str, SparseParam]
+    load_own: Callable[[], Batches]
+
+
+@dataclass(frozen=True, slots=True)
+class SavedValues:
+    """Original values at the coordinates an update touched: what `restore` writes back."""
+
+    flats: tuple[torch.Tensor, ...]
+    indices: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
+
+
+def score_losses(
+    own_before: float, own_after: float, rand_before: float, rand_after: float
+) -> tuple[float, float, int]:
+    """(score, own_gain, indicator): relative improvements and the proof-of-training sign."""
+    score = (rand_before - rand_after) / rand_before
+    own_gain = (own_before - own_after) / own_before
+    return score, own_gain, 1 if own_gain > score else -1
+
+
+def mean_loss(model: LlamaModel, batches: Batches) -> float:
+    """Token-mean next-token cross-entropy over all batches (each (B, T+1) int64), inference mode."""
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for batch in batches:
+            batch = batch.to(device, non_blocking=True)
+            with autocast(device):
+                logits = model(batch[:, :-1])  # (B, T, V)
+            targets = batch[:, 1:]
+            total += float(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum"))
+            count += targets.numel()
+    if count == 0:
+        raise ValueError("no tokens to evaluate")
+    return total / count
+
+
+def apply_sparse(
+    model: LlamaModel, update: Mapping[str, SparseParam], factors: Mapping[str, float], beta: float
+) -> SavedValues:
+    """θ[idx] ← θ[idx] − (β·factor)·values for each parameter, in place; returns the originals."""
+    params = dict(model.named_parameters())
+    unknown = update.keys() - params.keys()
+    if unknown:
+        raise KeyError(f"update names parameters the model lacks: {sorted(unknown)[:5]}")
+    flats, indices, originals = [], [], []
+    with torch.no_grad():
+        for name, sp in update.items():
+            flat = params[name].detach().view(-1)
+            idx = sp.indices.to(flat.device, non_blocking=True)
+            orig = flat[idx]  # advanced indexing gathers a copy: the exact bits to restore
+            step = (beta * factors.get(name, 1.0)) * sp.values.to(flat.device, non_blocking=True)
+            flat.index_put_((idx,), (orig.float() - step).to(flat.dtype))
+            flats.append(flat)
+            indices.append(idx)
+            originals.append(orig)
+    return SavedValues(tuple(flats), tuple(indices), tuple(originals))
+
+
+def restore(saved: SavedValues) -> None:
+    """Write the saved originals back: the model is bit-identical to before `apply_sparse`."""
+    with torch.no_grad():
+        for flat, idx, orig in zip(saved.flats, saved.indices, saved.values, strict=True):
+            flat.index_put_((idx,), orig)
+
+
+@contextlib.contextmanager
+def deterministic(device: torch.device) -> Iterator[None]:
+    """Deterministic kernels for the duration (so a second process reproduces the losses bit for bit).
+
+    On CUDA only warn: strict mode raises in cuBLAS unless CUBLAS_WORKSPACE_CONFIG was set at start-up.
+    """
+    before, before_warn = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=before_warn)
+
+
+def evaluate_peer(
+    model: LlamaModel,
+    job: PeerJob,
+    own: Batches,
+    heldout: Batches,
+    *,
+    loss_before: float,
+    reference: Mapping[str, float],
+    cfg: LossScoreConfig,
+    wait_s: float = 0.0,
+) -> PeerEval:
+    """The three forward passes for one peer around one sparse apply/restore."""
+    t0 = time.perf_counter()
+    own_before = mean_loss(model, own)
+    t1 = time.perf_counter()
+    saved = apply_sparse(model, job.update, clip_factors(job.update, reference), cfg.beta)
+    t2 = time.perf_counter()
+    try:
+        own_after = mean_loss(model, own)
+        rand_after = mean_loss(model, heldout)
+    finally:
+        t3 = time.perf_counter()
+        restore(saved)
+    t4 = time.perf_counter()
+    score, own_gain, indicator = score_losses(own_before, own_after, loss_before, rand_after)
+    timings = Timings(wait_s, t2 - t1, (t1 - t0) + (t3 - t2), t4 - t3, t4 - t0 + wait_s)
+    return PeerEval(
+        job.uid, own_before, own_after, loss_before, rand_after, score, own_gain, indicator, timings
+    )
+
+
+def evaluate_peers(
+    model: LlamaModel,
+    jobs: Sequence[PeerJob],
+    heldout: Batches,
+    *,
+    reference: Mapping[str, float],
+    cfg: LossScoreConfig,
+    loss_before: float | None = None,
+) -> list[PeerEval]:
+    """Evaluate peers in order, sharing the held-out `loss_before` (computed here unless given).
+
+    The next peer's batches load on a worker thread while the current peer is evaluated.
+    """
+    with deterministic(next(model.parameters()).device):
+        before = mean_loss(model, heldout) if loss_before is None else loss_before
+        results: list[PeerEval] = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lossscore-data") as pool:
+            pending: Future[Batches] | None = pool.submit(jobs[0].load_own) if jobs else None
+            for i, job in enumerate(jobs):
+                assert pending is not None
+                t = time.perf_counter()
+                own = pending.result()
+                wait = time.perf_counter() - t
+                pending = pool.submit(jobs[i + 1].load_own) if i + 1 < len(jobs) else None
+                results.append(
+                    evaluate_peer(
+                        model,
+                        job,
+                        own,
+                        heldout,
+                        loss_before=before,
+                        reference=reference,
+                        cfg=cfg,
+                        wait_s=wait,
+                    )
+                )
+        return results

@@ -1,0 +1,113 @@
+"""Stage 3: decode and check every fetched submission (DESIGN.md §5), archiving what was fetched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from statistics import median
+
+from scoring.clipping import median_norms
+from scoring.decoder import Expected, decode_submission
+from scoring.types import ParamSpec, Reason
+from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
+from scoring.wire import CodecConfig
+from validator.outcomes import PeerWindow
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConfig:
+    codec: CodecConfig = CodecConfig()
+    uniqueness: UniquenessConfig = UniquenessConfig()
+    norm_outlier_factor: float = 10.0  # reject an update whose norm exceeds this × the window median
+
+    def __post_init__(self) -> None:
+        if self.norm_outlier_factor <= 1.0:
+            raise ValueError("norm_outlier_factor must be > 1")
+
+
+def decode_all(
+    peers: Sequence[PeerWindow],
+    *,
+    window: int,
+    base: str,
+    spec: ParamSpec,
+    cfg: CheckConfig,
+    archive: Callable[[bytes], str],
+) -> list[PeerWindow]:
+    """Decode each fetched file; archive its bytes first so replay sees exactly what was judged."""
+    out = []
+    for p in peers:
+        data = p.fetch.data if p.fetch is not None else None
+        if data is None:
+            out.append(p)
+            continue
+        digest = archive(data)
+        fetched = replace(p, content_digest=digest, fetch=replace(p.fetch, data=None)) if p.fetch else p
+        if p.status != "ok":
+            out.append(fetched)
+            continue
+        expect = Expected(window=window, uid=p.uid, hotkey=p.hotkey, base=base)
+        result = decode_submission(data, spec, expect, cfg.codec)
+        if result.update is None:
+            out.append(fetched.reject(result.verdict.reason or Reason.BAD_METADATA, result.verdict.detail))
+        else:
+            out.append(replace(fetched, update=result.update))
+    return out
+
+
+def clip_reference(peers: Sequence[PeerWindow]) -> dict[str, float]:
+    """The window's per-parameter median norm over valid updates: the clip reference (§5.6)."""
+    return median_norms([p.update.norms() for p in peers if p.update is not None])
+
+
+def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[PeerWindow]:
+    """Reject updates whose total norm is far above the window's median total norm."""
+    totals = {p.hotkey: sum(n * n for n in p.update.norms().values()) ** 0.5 for p in peers if p.update}
+    if len(totals) < 3:  # a median of one or two peers says nothing about outliers
+        return list(peers)
+    limit = cfg.norm_outlier_factor * median(totals.values())
+    return [
+        p.reject(Reason.NORM_OUTLIER, f"norm {totals[p.hotkey]:.3g} > {cfg.norm_outlier_factor}× median")
+        if p.hotkey in totals and totals[p.hotkey] > limit
+        else p
+        for p in peers
+    ]
+
+
+def reject_copies(
+    peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int
+) -> tuple[list[PeerWindow], list[CopyFinding]]:
+    """Duplicates and near-copies across all valid submissions; offenders become invalid."""
+    payloads = [
+        PeerPayload(p.hotkey, p.update.digest, p.fetch.last_modified or 0.0, p.update.params)
+        for p in peers
+        if p.update is not None and p.fetch is not None
+    ]
+    findings = find_copies(payloads, cfg.uniqueness, seed=seed)
+    worst: dict[str, tuple[CopyTier, CopyFinding]] = {}
+    for f in findings:
+        if f.offender not in worst or f.tier > worst[f.offender][0]:
+            worst[f.offender] = (f.tier, f)
+    out = []
+    for p in peers:
+        if p.hotkey in worst:
+            tier, f = worst[p.hotkey]
+            detail = f"overlap {f.overlap:.2f} with {f.other}, uploaded later"
+            out.append(replace(p.reject(f.reason, detail), copy_tier=tier))
+        else:
+            out.append(p)
+    return out, findings
+
+
+def reject_replays(
+    peers: Sequence[PeerWindow], seen_before: Callable[[list[str]], set[str]]
+) -> list[PeerWindow]:
+    """A payload already submitted in an earlier window is a replay, whoever re-signed it."""
+    digests = [p.update.digest for p in peers if p.update is not None]
+    seen = seen_before(digests) if digests else set()
+    return [
+        p.reject(Reason.DUPLICATE_PAYLOAD, "payload already submitted in an earlier window")
+        if p.update is not None and p.update.digest in seen
+        else p
+        for p in peers
+    ]

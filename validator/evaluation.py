@@ -1,0 +1,86 @@
+"""Stage 4: LossScore for the peers this window can afford, on assigned and held-out pages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+
+import torch
+
+from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
+from scoring.loss_score import LossScoreConfig, PeerJob, evaluate_peers, mean_loss
+from scoring.model import LlamaModel
+from scoring.ranking import RatingState
+from scoring.sampling import SamplingConfig, sample_for_evaluation
+from validator.outcomes import PeerWindow
+
+
+@dataclass(frozen=True, slots=True)
+class EvalConfig:
+    public_seed: str = "gauntlet"
+    pages_per_peer: int = 16
+    eval_pages: int = 8
+    heldout_pages: int = 8
+    batch_size: int = 8
+    budget: int = 256
+    loss: LossScoreConfig = LossScoreConfig()
+    sampling: SamplingConfig = SamplingConfig()
+
+    def __post_init__(self) -> None:
+        if min(self.pages_per_peer, self.eval_pages, self.heldout_pages, self.batch_size) < 1:
+            raise ValueError("page counts and batch size must be positive")
+        if self.budget < 0:
+            raise ValueError("budget must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    seed: str
+    batches: Sequence[torch.Tensor]
+    loss_before: float
+
+
+def heldout(model: LlamaModel, dataset: Dataset, seed: str, cfg: EvalConfig) -> HeldOut:
+    """The window's held-out batches and their loss before any update: computed once per window."""
+    pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=dataset)
+    data = batches(dataset, pages, cfg.batch_size)
+    return HeldOut(seed, data, mean_loss(model, data))
+
+
+def _own_batches(dataset: Dataset, window: int, uid: int, seed: str, cfg: EvalConfig) -> list[torch.Tensor]:
+    assigned = assigned_pages(
+        window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=dataset
+    )
+    return batches(dataset, eval_sample(seed, uid, assigned=assigned, k=cfg.eval_pages), cfg.batch_size)
+
+
+def evaluate_window(
+    peers: Sequence[PeerWindow],
+    *,
+    model: LlamaModel,
+    dataset: Dataset,
+    window: int,
+    held: HeldOut,
+    reference: Mapping[str, float],
+    ratings: RatingState,
+    budget: int,
+    cfg: EvalConfig,
+) -> list[PeerWindow]:
+    """Evaluate a fair sample of the valid peers (all of them when the budget allows)."""
+    valid = {p.hotkey: p for p in peers if p.valid}
+    ordinals = {h: r.ordinal for h, r in ratings.peers.items()}
+    last = {h: r.last_evaluated for h, r in ratings.peers.items() if r.last_evaluated is not None}
+    seed = int(held.seed[:16], 16)
+    chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, cfg.sampling)
+    jobs = []
+    for hotkey in chosen:
+        p = valid[hotkey]
+        assert p.update is not None
+        load = partial(_own_batches, dataset, window, p.uid, held.seed, cfg)
+        jobs.append(PeerJob(p.uid, p.update.params, load))
+    results = evaluate_peers(
+        model, jobs, held.batches, reference=reference, cfg=cfg.loss, loss_before=held.loss_before
+    )
+    by_uid = {r.uid: r for r in results}
+    return [replace(p, evaluation=by_uid[p.uid]) if p.hotkey in chosen else p for p in peers]

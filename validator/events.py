@@ -1,0 +1,78 @@
+"""Live events (Redis pub/sub) and the leader lock; both degrade to no-ops when Redis is down.
+
+The validator keeps scoring without Redis: a failed publish is logged and dropped, and a lock that
+cannot be checked is not held (so weights are not set twice by accident).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Protocol
+
+import redis
+import structlog
+
+EVENTS_CHANNEL = "gauntlet:events"  # the API relays this channel as server-sent events
+log = structlog.get_logger(__name__)
+
+
+class Events(Protocol):
+    def publish(self, kind: str, window: int, **fields: Any) -> None: ...
+
+
+class NullEvents:
+    def publish(self, kind: str, window: int, **fields: Any) -> None:
+        return None
+
+
+class RedisEvents:
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def publish(self, kind: str, window: int, **fields: Any) -> None:
+        message = json.dumps({"type": kind, "window": window, "ts": time.time(), **fields})
+        try:
+            self.client.publish(EVENTS_CHANNEL, message)
+        except redis.RedisError as e:
+            log.warning("event_dropped", kind=kind, window=window, error=str(e))
+
+
+class LeaderLock:
+    """A Redis lock per hotkey with a TTL: only the holder sets weights."""
+
+    def __init__(self, client: redis.Redis | None, hotkey: str, ttl_s: int = 600) -> None:
+        self.client, self.key, self.ttl_s = client, f"gauntlet:leader:{hotkey}", ttl_s
+        self.token = uuid.uuid4().hex
+
+    def acquire(self) -> bool:
+        """Take or extend the lock; False when another process holds it or Redis is unreachable."""
+        if self.client is None:
+            return True  # no Redis configured: a single process by declaration
+        try:
+            if self.client.set(self.key, self.token, nx=True, ex=self.ttl_s):
+                return True
+            if self.client.get(self.key) == self.token.encode():
+                self.client.expire(self.key, self.ttl_s)
+                return True
+            return False
+        except redis.RedisError as e:
+            log.warning("leader_lock_unavailable", error=str(e))
+            return False
+
+    def release(self) -> None:
+        if self.client is None:
+            return
+        try:
+            if self.client.get(self.key) == self.token.encode():
+                self.client.delete(self.key)
+        except redis.RedisError as e:
+            log.warning("leader_lock_release_failed", error=str(e))
+
+
+def connect(url: str | None) -> redis.Redis | None:
+    """A client with short timeouts (None without a URL); it connects lazily, so Redis may be down."""
+    if not url:
+        return None
+    return redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=1.0)

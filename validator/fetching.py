@@ -1,0 +1,53 @@
+"""Stage 1–2: who the peers are and where they publish, then every submission fetched concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from scoring.types import Reason
+from validator.chain import Chain
+from validator.commitments import LocationError, LocationPolicy, parse_location
+from validator.objstore import Fetcher, FetchRequest, FetchResult, FetchStatus, object_key
+from validator.outcomes import PeerTarget, PeerWindow
+
+
+def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:
+    """Every registered neuron (but the validator itself) with its parsed storage location."""
+    commitments = chain.commitments()
+    targets = []
+    for n in chain.neurons():
+        if n.hotkey == exclude:
+            continue
+        text = commitments.get(n.hotkey)
+        if text is None:
+            targets.append(PeerTarget(n.uid, n.hotkey, None, "no storage location committed"))
+            continue
+        try:
+            targets.append(PeerTarget(n.uid, n.hotkey, parse_location(text, policy)))
+        except LocationError as e:
+            targets.append(PeerTarget(n.uid, n.hotkey, None, f"unusable commitment ({e.reason}): {e.detail}"))
+    return targets
+
+
+def fetch_window(
+    fetcher: Fetcher, targets: Sequence[PeerTarget], window: int, put_start: float, deadline_s: float
+) -> list[PeerWindow]:
+    """One PeerWindow per target, in target order: ok with bytes, or missing/early/late with a reason."""
+    requests = [
+        FetchRequest(t.hotkey, t.location, object_key(window, t.hotkey), put_start)
+        for t in targets
+        if t.location is not None
+    ]
+    results = {r.hotkey: r for r in asyncio.run(fetcher.fetch_all(requests, deadline_s))} if requests else {}
+    return [_peer_window(t, results.get(t.hotkey)) for t in targets]
+
+
+def _peer_window(target: PeerTarget, result: FetchResult | None) -> PeerWindow:
+    if result is None:
+        return PeerWindow(target, "missing", Reason.MISSING, target.problem)
+    if result.status == FetchStatus.OK:
+        return PeerWindow(target, "ok", None, "", result)
+    if result.status == FetchStatus.TOO_LARGE:
+        return PeerWindow(target, "invalid", Reason.TOO_LARGE, result.detail, result)
+    return PeerWindow(target, result.status, result.reason or result.status, result.detail, result)

@@ -1,0 +1,81 @@
+"""The validator's copy of the global model: its base fingerprint, checkpoints and rebuilds.
+
+The model advances by exactly the aggregate of each committed window. After a restart it is rebuilt
+from the nearest checkpoint plus the archived submissions aggregated since, so the in-memory model
+always equals what the database says happened (DESIGN.md §9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+
+from scoring.aggregation import aggregate_into
+from scoring.decoder import Expected, decode_submission
+from scoring.fingerprint import next_base
+from scoring.model import LlamaModel, param_spec
+from scoring.types import SparseParam
+from scoring.wire import CodecConfig
+
+
+@dataclass(slots=True)
+class GlobalModel:
+    """The model at the start of `window`, whose fingerprint is `base`."""
+
+    model: LlamaModel
+    base: str
+    window: int
+
+    def advance(
+        self,
+        updates: Sequence[Mapping[str, SparseParam]],
+        digests: Sequence[str],
+        reference: Mapping[str, float],
+        outer_lr: float,
+    ) -> None:
+        """Apply one window's aggregate and move the fingerprint along the hash chain."""
+        aggregate_into(dict(self.model.named_parameters()), updates, reference, outer_lr)
+        self.base = next_base(self.base, digests)
+        self.window += 1
+
+
+def model_bytes(model: LlamaModel) -> bytes:
+    """Checkpoint bytes (safetensors, fp32 on CPU): never pickle."""
+    return save_tensors({n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters()})
+
+
+def load_model_bytes(model: LlamaModel, data: bytes) -> None:
+    tensors = load_tensors(data)
+    params = dict(model.named_parameters())
+    if tensors.keys() != params.keys():
+        raise ValueError("checkpoint does not match the model's parameters")
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(tensors[name])
+
+
+def decode_archived(data: bytes, model: LlamaModel, codec: CodecConfig) -> Mapping[str, SparseParam]:
+    """Re-decode a submission that was accepted when it was judged (its bytes are content-addressed)."""
+    result = decode_submission(data, param_spec(model), Expected(verify_signature=False), codec)
+    if result.update is None:
+        raise ValueError(f"archived submission no longer decodes: {result.verdict}")
+    return result.update.params
+
+
+def replay_aggregates(
+    state: GlobalModel,
+    steps: Sequence[tuple[Sequence[str], Sequence[bytes], Mapping[str, float]]],
+    *,
+    outer_lr: float,
+    codec: CodecConfig,
+    on_step: Callable[[int], None] = lambda _: None,
+) -> None:
+    """Advance `state` by stored windows: (payload digests, archived bytes, clip reference) each."""
+    for digests, blobs, reference in steps:
+        updates = [decode_archived(b, state.model, codec) for b in blobs]
+        state.advance(updates, digests, reference, outer_lr)
+        on_step(state.window)

@@ -1,0 +1,109 @@
+"""The validator's side of storage: commit a window, look up replays, checkpoint, and restore.
+
+Restoring rebuilds the global model for the first uncommitted window from the nearest checkpoint
+plus the archived submissions aggregated since, and the rating state from the last committed
+window, so a restarted process continues exactly where the database says it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from scoring.fingerprint import checkpoint_fingerprint, next_base
+from scoring.model import LlamaModel
+from scoring.ranking import RatingState
+from scoring.wire import CodecConfig
+from storage import queries
+from storage.archive import BlobStore, SubmissionArchive
+from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
+from storage.db import DatabaseConfig, run_in_transaction
+from storage.records import WindowRecord
+from storage.writer import CommitOutcome, commit_window
+from validator.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
+from validator.recording import rating_state
+
+T = TypeVar("T")
+
+
+class Ledger:
+    def __init__(
+        self,
+        engine: Engine,
+        blobs: BlobStore,
+        archive: SubmissionArchive,
+        *,
+        checkpoint_every: int,
+        db: DatabaseConfig | None = None,
+    ) -> None:
+        self.engine, self.blobs, self.archive = engine, blobs, archive
+        self.checkpoint_every, self.db = checkpoint_every, db
+
+    def _tx(self, work: Callable[[Session], T]) -> T:
+        return run_in_transaction(self.engine, work, config=self.db)
+
+    def commit(self, record: WindowRecord) -> CommitOutcome:
+        return self._tx(lambda s: commit_window(session=s, record=record))
+
+    def seen_before(self, digests: list[str], window: int) -> set[str]:
+        return self._tx(
+            lambda s: queries.seen_payload_digests(session=s, digests=digests, before_window=window)
+        )
+
+    def latest_committed(self) -> int | None:
+        return self._tx(lambda s: queries.latest_committed_window(session=s))
+
+    def checkpoint(self, gm: GlobalModel) -> None:
+        data = model_bytes(gm.model)
+        self._tx(lambda s: save_checkpoint(session=s, store=self.blobs, window=gm.window, data=data))
+
+    def maybe_checkpoint(self, gm: GlobalModel) -> None:
+        if gm.window % self.checkpoint_every == 0:
+            self.checkpoint(gm)
+
+    def ratings_after(self, window: int | None) -> RatingState:
+        if window is None:
+            return RatingState()
+        return rating_state(self._tx(lambda s: queries.ratings_at(session=s, window=window)), window)
+
+    def restore(
+        self, model: LlamaModel, *, start_window: int, outer_lr: float, codec: CodecConfig
+    ) -> tuple[GlobalModel, RatingState]:
+        """The model at the start of the first uncommitted window, and the ratings before it.
+
+        On a fresh database `model` (as initialized) becomes the checkpoint of `start_window`."""
+        latest = self.latest_committed()
+        target = start_window if latest is None else latest + 1
+        if self._tx(lambda s: nearest_checkpoint(session=s, window=target)) is None:
+            if latest is not None:
+                raise LookupError(f"no checkpoint at or before window {target}")
+            gm = GlobalModel(model, checkpoint_fingerprint(dict(model.named_parameters())), target)
+            self.checkpoint(gm)
+            return gm, RatingState()
+        return self._rebuild(model, target, latest, outer_lr, codec), self.ratings_after(latest)
+
+    def _rebuild(
+        self, model: LlamaModel, target: int, latest: int | None, outer_lr: float, codec: CodecConfig
+    ) -> GlobalModel:
+        plan = self._tx(lambda s: rebuild_plan(session=s, window=target))
+        load_model_bytes(model, load_checkpoint(store=self.blobs, record=plan.checkpoint))
+        if plan.steps:
+            base = plan.steps[0].base_fingerprint
+        elif latest is None:  # a fresh checkpoint with nothing committed after it
+            base = checkpoint_fingerprint(dict(model.named_parameters()))
+        else:
+            last = self._tx(lambda s: queries.window_detail(session=s, window=latest))
+            assert last is not None
+            base = next_base(last.base_fingerprint, last.aggregate_digests)
+        gm = GlobalModel(model, base, plan.checkpoint.window)
+        steps = []
+        for step in plan.steps:
+            if None in step.content_digests:
+                raise LookupError(f"window {step.window}: an aggregated submission is not archived")
+            blobs = [self.archive.get(d) for d in step.content_digests if d is not None]
+            steps.append((step.aggregate_digests, blobs, step.clip_reference))
+        replay_aggregates(gm, steps, outer_lr=outer_lr, codec=codec)
+        return gm

@@ -1,0 +1,181 @@
+"""The round: one window scored as a short sequence of named stages (DESIGN.md §3).
+
+fetch → check → evaluate → rate/select → commit → aggregate → weights. The database commit comes
+before the model moves: a crash before it leaves no trace of the window, a crash after it is
+repaired by rebuilding the model from storage, so a restart re-runs exactly the unfinished window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from scoring.data import Dataset, window_seed
+from scoring.ranking import RatingState
+from scoring.selection import Selection
+from scoring.uniqueness import CopyFinding
+from storage.archive import SubmissionArchive
+from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
+from validator.checking import (
+    CheckConfig,
+    clip_reference,
+    decode_all,
+    reject_copies,
+    reject_norm_outliers,
+    reject_replays,
+)
+from validator.commitments import LocationPolicy
+from validator.evaluation import EvalConfig, HeldOut, evaluate_window, heldout
+from validator.events import Events, NullEvents
+from validator.fetching import fetch_window, read_targets
+from validator.global_model import GlobalModel
+from validator.ledger import Ledger
+from validator.metrics import Metrics, StageTimer
+from validator.objstore import Fetcher, object_key
+from validator.outcomes import PeerWindow
+from validator.policy import PolicyConfig, rate_window, select_window
+from validator.recording import window_record
+from validator.weighing import Weigher
+
+
+@dataclass(frozen=True, slots=True)
+class RoundConfig:
+    check: CheckConfig
+    eval: EvalConfig
+    policy: PolicyConfig
+    window: WindowConfig
+    secret: bytes
+    outer_lr: float = 0.4
+    fetch_deadline_s: float = 120.0
+    config_digest: str = "0" * 64
+    code_version: str = "dev"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReport:
+    window: int
+    peers: Sequence[PeerWindow]
+    selection: Selection[str]
+    heldout_loss: float
+    timings: dict[str, float]
+
+
+def no_hook(stage: str, window: int) -> None:
+    return None
+
+
+@dataclass(slots=True)
+class Round:
+    """Everything a round needs, wired once at the entry point."""
+
+    chain: Chain
+    fetcher: Fetcher
+    locations: LocationPolicy
+    dataset: Dataset
+    model: GlobalModel
+    ratings: RatingState
+    ledger: Ledger
+    archive: SubmissionArchive
+    weigher: Weigher
+    cfg: RoundConfig
+    validator_hotkey: str | None = None
+    events: Events = field(default_factory=NullEvents)
+    metrics: Metrics = field(default_factory=Metrics)
+    hook: Callable[[str, int], None] = no_hook  # called after each stage; tests inject crashes here
+    seconds_per_eval: float = 0.1  # running estimate that sizes the evaluation budget
+
+
+def run_window(r: Round, window: int) -> WindowReport:
+    if r.model.window != window:
+        raise ValueError(f"the model is at window {r.model.window}, not {window}")
+    timer, started = StageTimer(r.metrics), time.perf_counter()
+    r.events.publish("window_opened", window)
+    with timer("fetch"):
+        peers = _fetch(r, window)
+    r.hook("fetch", window)
+    with timer("check"):
+        peers, findings = _check(r, window, peers)
+        reference = clip_reference(peers)
+    r.hook("check", window)
+    with timer("evaluate"):
+        held = heldout(r.model.model, r.dataset, window_seed(r.cfg.secret, window), r.cfg.eval)
+        peers = _evaluate(r, window, peers, held, reference, started)
+    r.hook("evaluate", window)
+    with timer("rate"):
+        ratings = rate_window(r.ratings, peers, window, r.cfg.policy)
+        selection = select_window(ratings, peers, window, r.cfg.policy)
+        chosen = [p for h in selection.gather for p in peers if p.hotkey == h and p.update is not None]
+        digests = [p.update.digest for p in chosen if p.update is not None]
+    with timer("commit"):
+        header = _header(r, window, held.seed, timer.seconds)
+        record = window_record(
+            window=window, header=header, peers=peers,
+            keys={p.hotkey: object_key(window, p.hotkey) for p in peers},
+            state=ratings, findings=findings, selection=selection, aggregate_digests=digests,
+            reference=reference, cfg=r.cfg.policy.rating,
+        )  # fmt: skip
+        r.ledger.commit(record)
+    r.hook("commit", window)
+    with timer("aggregate"):
+        r.model.advance([p.update.params for p in chosen if p.update], digests, reference, r.cfg.outer_lr)
+        r.ratings = ratings
+        r.ledger.maybe_checkpoint(r.model)
+    r.hook("aggregate", window)
+    with timer("weights"):
+        r.weigher.maybe_set(window, ratings)
+    _report_metrics(r, peers)
+    r.events.publish("window_committed", window, selected=list(selection.gather), base=r.model.base)
+    return WindowReport(window, peers, selection, held.loss_before, timer.seconds)
+
+
+def _fetch(r: Round, window: int) -> list[PeerWindow]:
+    targets = read_targets(r.chain, r.locations, exclude=r.validator_hotkey)
+    put_start = r.chain.block_timestamp(r.cfg.window.first_block(window + 1))
+    return fetch_window(r.fetcher, targets, window, put_start, r.cfg.fetch_deadline_s)
+
+
+def _check(r: Round, window: int, peers: list[PeerWindow]) -> tuple[list[PeerWindow], list[CopyFinding]]:
+    spec = {n: tuple(p.shape) for n, p in r.model.model.named_parameters()}
+    peers = decode_all(
+        peers, window=window, base=r.model.base, spec=spec, cfg=r.cfg.check, archive=r.archive.put
+    )
+    peers = reject_replays(peers, lambda digests: r.ledger.seen_before(digests, window))
+    peers = reject_norm_outliers(peers, r.cfg.check)
+    return reject_copies(peers, r.cfg.check, seed=window)
+
+
+def _evaluate(
+    r: Round, window: int, peers: list[PeerWindow], held: HeldOut, reference: dict[str, float], started: float
+) -> list[PeerWindow]:
+    """Evaluate as many peers as the time left in the window affords (all when it allows)."""
+    window_s = r.cfg.window.blocks_per_window * BLOCK_SECONDS
+    left = window_s - (time.perf_counter() - started)
+    budget = min(r.cfg.eval.budget, max(1, int(left / max(r.seconds_per_eval, 1e-3))))
+    out = evaluate_window(
+        peers, model=r.model.model, dataset=r.dataset, window=window, held=held, reference=reference,
+        ratings=r.ratings, budget=budget, cfg=r.cfg.eval,
+    )  # fmt: skip
+    times = [p.evaluation.timings.total_s for p in out if p.evaluation is not None]
+    if times:
+        r.seconds_per_eval = 0.5 * r.seconds_per_eval + 0.5 * (sum(times) / len(times))
+        for t in times:
+            r.metrics.eval_seconds.observe(t)
+    return out
+
+
+def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> dict[str, object]:
+    return {
+        "base_fingerprint": r.model.base,
+        "heldout_seed": seed,
+        "config_digest": r.cfg.config_digest,
+        "code_version": r.cfg.code_version,
+        "start_block": r.cfg.window.first_block(window),
+        "timings": dict(timings),
+    }
+
+
+def _report_metrics(r: Round, peers: Sequence[PeerWindow]) -> None:
+    for status in ("ok", "missing", "early", "late", "invalid"):
+        r.metrics.peers.labels(status=status).set(sum(p.status == status for p in peers))
+    r.metrics.windows.inc()

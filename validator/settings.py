@@ -1,0 +1,136 @@
+"""Process settings: one typed object from a TOML file plus `GAUNTLET_` environment variables.
+
+Precedence: explicit arguments > environment > TOML file (`GAUNTLET_CONFIG=path.toml`) > defaults.
+Secrets are `SecretStr` (never logged; `gauntlet config show` masks them) and can come from files
+via `*_FILE` variables. Invalid values fail at start with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEV_SECRET = "gauntlet-dev-secret-not-for-production"  # noqa: S105 (refused on a real subnet)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GAUNTLET_", extra="forbid", validate_default=True)
+
+    # where things live
+    workdir: Path = Path("gauntlet-data")
+    database_url: str = "sqlite:///gauntlet.db"
+    redis_url: str | None = "redis://127.0.0.1:6379/0"
+    archive_url: str | None = None  # None: a folder under workdir; else an S3 URL (commitment syntax)
+    archive_retention_windows: int = Field(default=0, ge=0)  # 0 keeps everything
+
+    # the chain
+    chain: Literal["local", "subtensor"] = "local"
+    network: str = "finney"
+    netuid: int = Field(default=3, ge=0)
+    wallet_name: str = "default"
+    wallet_hotkey: str = "default"
+    wallet_path: Path | None = None
+    blocks_per_window: int = Field(default=115, ge=1)
+    windows_per_weights: int = Field(default=3, ge=1)
+    put_window_s: float = Field(default=70.0, gt=0)
+    put_grace_s: float = Field(default=5.0, ge=0)
+    fetch_deadline_s: float = Field(default=120.0, gt=0)
+
+    # the model, data and evaluation
+    model_path: Path | None = None  # a Hugging Face LLaMA checkpoint folder; None: random init
+    model_seed: int = 0
+    dataset_path: Path | None = None
+    seq_len: int = Field(default=64, ge=8)
+    device: str = "auto"
+    public_seed: str = "gauntlet"
+    validator_secret: SecretStr = SecretStr(DEV_SECRET)
+    pages_per_peer: int = Field(default=16, ge=1)
+    eval_pages: int = Field(default=8, ge=1)
+    heldout_pages: int = Field(default=8, ge=1)
+    batch_size: int = Field(default=8, ge=1)
+    eval_budget: int = Field(default=256, ge=0)  # peers evaluated per window at most
+    eval_lr_factor: float = Field(default=0.2, gt=0)
+    outer_lr: float = Field(default=0.4, gt=0)
+    norm_outlier_factor: float = Field(default=10.0, gt=1)
+    checkpoint_every: int = Field(default=10, ge=1)
+
+    # ranking and selection
+    gather_peers: int = Field(default=20, ge=1)
+    reserve_peers: int = Field(default=10, ge=0)
+    bma_warmup: int = Field(default=10, ge=0)
+    bma_threshold: float = Field(default=0.10, ge=0)
+    weight_policy: Literal["rank", "power"] = "rank"
+    burn_uid: int | None = None
+    burn_share: float = Field(default=0.0, ge=0, le=1)
+
+    # the API
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8000, ge=1, le=65535)
+    cors_origins: list[str] = []
+    rate_limit_per_minute: int = Field(default=600, ge=1)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = os.environ.get("GAUNTLET_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, file_secret_settings]
+        if toml:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml)))
+        return tuple(sources)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secret_files(cls, data: Any) -> Any:
+        """`GAUNTLET_VALIDATOR_SECRET_FILE=/run/secrets/x` reads the secret from a file."""
+        path = os.environ.get("GAUNTLET_VALIDATOR_SECRET_FILE")
+        if path and isinstance(data, dict):
+            data = {**data, "validator_secret": Path(path).read_text().strip()}
+        return data
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, v: str) -> str:
+        if not v.startswith(("sqlite", "postgresql")):
+            raise ValueError("database_url must be a sqlite:// or postgresql+psycopg:// URL")
+        return v
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        if self.chain == "subtensor" and self.validator_secret.get_secret_value() == DEV_SECRET:
+            raise ValueError("validator_secret: set a real secret before running on a real subnet")
+        if self.burn_uid is None and self.burn_share > 0:
+            raise ValueError("burn_share needs burn_uid")
+        return self
+
+    def masked(self) -> dict[str, Any]:
+        """The effective configuration with secrets and URL passwords hidden."""
+        out = self.model_dump(mode="json")
+        out["validator_secret"] = "*" * 10
+        for key in ("database_url", "redis_url", "archive_url"):
+            out[key] = _mask_url(out[key])
+        return out
+
+
+def _mask_url(url: str | None) -> str | None:
+    """Hide the password part of `scheme://user:password@host`."""
+    if not url or "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:****@{host}"

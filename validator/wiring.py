@@ -1,0 +1,122 @@
+"""Build a Round from process settings: the one place where every part is constructed and joined."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from scoring.checkpoint import load_checkpoint
+from scoring.data import Dataset
+from scoring.loss_score import LossScoreConfig
+from scoring.model import LlamaModel, ModelConfig, build_model, param_spec
+from scoring.ranking import RatingConfig
+from scoring.selection import SelectionConfig
+from scoring.weights import PowerWeights, PowerWeightsConfig, RankWeights, RankWeightsConfig, WeightPolicy
+from scoring.wire import CodecConfig, max_submission_bytes
+from storage import migrate
+from storage.archive import ArchiveConfig, LocalBlobStore, SubmissionArchive
+from storage.db import make_engine, run_in_transaction
+from storage.writer import record_weight_set
+from validator.chain import Chain, WindowConfig
+from validator.checking import CheckConfig
+from validator.commitments import LocationPolicy
+from validator.evaluation import EvalConfig
+from validator.events import LeaderLock, NullEvents, RedisEvents, connect
+from validator.ledger import Ledger
+from validator.metrics import Metrics
+from validator.objstore import FetchConfig, Fetcher
+from validator.policy import PolicyConfig
+from validator.round import Round, RoundConfig, no_hook
+from validator.settings import Settings
+from validator.weighing import Weigher
+
+
+def code_version() -> str:
+    try:
+        return version("gauntlet-validator")
+    except PackageNotFoundError:  # running from a checkout without installing
+        return "0+unknown"
+
+
+def config_digest(settings: Settings) -> str:
+    """A digest of the effective configuration (secrets masked), stored with every window."""
+    return hashlib.sha256(json.dumps(settings.masked(), sort_keys=True).encode()).hexdigest()
+
+
+def round_config(s: Settings) -> RoundConfig:
+    return RoundConfig(
+        check=CheckConfig(codec=CodecConfig(), norm_outlier_factor=s.norm_outlier_factor),
+        eval=EvalConfig(
+            public_seed=s.public_seed, pages_per_peer=s.pages_per_peer, eval_pages=s.eval_pages,
+            heldout_pages=s.heldout_pages, batch_size=s.batch_size, budget=s.eval_budget,
+            loss=LossScoreConfig(eval_lr_factor=s.eval_lr_factor, outer_lr=s.outer_lr),
+        ),
+        policy=PolicyConfig(
+            rating=RatingConfig(bma_warmup=s.bma_warmup, bma_threshold=s.bma_threshold),
+            selection=SelectionConfig(
+                gather_peers=s.gather_peers, reserve_peers=s.reserve_peers, require_positive=True
+            ),
+        ),
+        window=WindowConfig(s.blocks_per_window),
+        secret=s.validator_secret.get_secret_value().encode(),
+        outer_lr=s.outer_lr,
+        fetch_deadline_s=s.fetch_deadline_s,
+        config_digest=config_digest(s),
+        code_version=code_version(),
+    )  # fmt: skip
+
+
+def weight_policy(s: Settings) -> WeightPolicy:
+    if s.weight_policy == "power":
+        return PowerWeights(PowerWeightsConfig(burn_uid=s.burn_uid, burn_share=s.burn_share))
+    return RankWeights(RankWeightsConfig(burn_uid=s.burn_uid, burn_share=s.burn_share))
+
+
+def load_model(s: Settings, dataset: Dataset) -> LlamaModel:
+    if s.model_path is not None:
+        return load_checkpoint(s.model_path)
+    return build_model(ModelConfig.tiny(vocab_size=dataset.manifest.vocab_size), seed=s.model_seed)
+
+
+def build_round(
+    s: Settings,
+    chain: Chain,
+    *,
+    dataset: Dataset,
+    model: LlamaModel,
+    start_window: int,
+    validator_hotkey: str | None,
+    locations: LocationPolicy,
+    hook: Callable[[str, int], None] | None = None,
+    metrics: Metrics | None = None,
+) -> Round:
+    """Connect storage (migrating it), restore the model and ratings, and join the stages."""
+    engine = make_engine(s.database_url)
+    migrate.upgrade(engine)
+    blobs = LocalBlobStore(Path(s.workdir) / "blobs")
+    retention = s.archive_retention_windows or None
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=retention))
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
+    cfg = round_config(s)
+    gm, ratings = ledger.restore(model, start_window=start_window, outer_lr=s.outer_lr, codec=cfg.check.codec)
+    redis = connect(s.redis_url)
+    events = RedisEvents(redis) if redis is not None else NullEvents()
+    metrics = metrics or Metrics()
+    lock = LeaderLock(redis, validator_hotkey or "local")
+
+    def record(rec: object) -> None:
+        run_in_transaction(engine, lambda session: record_weight_set(session=session, record=rec))  # type: ignore[arg-type]
+
+    weigher = Weigher(
+        chain, weight_policy(s), lock, record, every=s.windows_per_weights, metrics=metrics, events=events
+    )
+    cap = max_submission_bytes(param_spec(model), cfg.check.codec)
+    fetcher = Fetcher(FetchConfig(max_bytes=cap, put_window_s=s.put_window_s, grace_s=s.put_grace_s))
+    return Round(
+        chain=chain, fetcher=fetcher, locations=locations, dataset=dataset, model=gm, ratings=ratings,
+        ledger=ledger, archive=archive, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
+        events=events, metrics=metrics, hook=hook or no_hook,
+    )  # fmt: skip
