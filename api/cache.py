@@ -1,0 +1,116 @@
+"""Hot-read cache: response bodies in Redis, keyed by the newest committed window so a commit
+invalidates every hot read at once (old keys simply stop being asked for and expire).
+
+Also two in-process helpers: the newest committed window (refreshed from the database at most every
+`refresh_s`, bumped at once by a `window_committed` event) and a memo of committed windows, which
+never change once committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from api.metrics import ApiMetrics
+from api.redis_gate import RedisGate
+from storage.records import WindowRecord, WindowSummary
+
+StoredWindow = tuple[WindowSummary, WindowRecord]
+
+
+class CommitTracker:
+    """The newest committed window as this process last saw it."""
+
+    def __init__(self, read_latest: Callable[[], int | None], refresh_s: float) -> None:
+        self._read_latest = read_latest
+        self._refresh_s = refresh_s
+        self._latest: int | None = None
+        self._checked_at = float("-inf")
+
+    def note_event(self, event: dict[str, Any]) -> None:
+        """Called for every relayed event: a commit moves the version on without a database read."""
+        if event["type"] == "window_committed":
+            window = int(event["window"])
+            if self._latest is None or window > self._latest:
+                self._latest = window
+            self._checked_at = float("-inf")  # re-read soon: the event may have outrun our snapshot
+
+    async def latest(self) -> int | None:
+        if time.monotonic() - self._checked_at >= self._refresh_s:
+            self._latest = await run_in_threadpool(self._read_latest)
+            self._checked_at = time.monotonic()
+        return self._latest
+
+
+class ResponseCache:
+    """Serialized JSON bodies in Redis, shared by API processes. Without Redis (off or down) a small
+    in-process LRU with the same keys and TTL takes over, so hot reads stay cheap either way."""
+
+    LOCAL_ENTRIES = 512
+
+    def __init__(self, gate: RedisGate, *, prefix: str, ttl_s: float, metrics: ApiMetrics) -> None:
+        self._gate = gate
+        self._prefix = prefix
+        self._ttl_s = ttl_s
+        self._metrics = metrics
+        self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+
+    def key(self, version: int | None, name: str) -> str:
+        return f"{self._prefix}c:{version}:{name}"
+
+    async def fetch(self, key: str, build: Callable[[], bytes]) -> bytes:
+        """The cached body for `key`, else `build()` run in the threadpool and stored."""
+        shared = self._gate.up
+        cached = await self._gate.call(lambda r: r.get(key)) if shared else self._get_local(key)
+        if isinstance(cached, bytes):
+            self._metrics.cache.labels("hit" if shared else "local_hit").inc()
+            return cached
+        self._metrics.cache.labels("miss").inc()
+        body = await run_in_threadpool(build)
+        if self._gate.up:
+            await self._gate.call(lambda r: r.set(key, body, px=max(1, int(self._ttl_s * 1000))))
+        else:
+            self._put_local(key, body)
+        return body
+
+    def _get_local(self, key: str) -> bytes | None:
+        entry = self._local.get(key)
+        if entry is None or entry[0] < time.monotonic():
+            return None
+        return entry[1]
+
+    def _put_local(self, key: str, body: bytes) -> None:
+        # Runs on the event loop only, so no lock is needed.
+        self._local[key] = (time.monotonic() + self._ttl_s, body)
+        self._local.move_to_end(key)
+        while len(self._local) > self.LOCAL_ENTRIES:
+            self._local.popitem(last=False)
+
+
+class WindowMemo:
+    """A bounded LRU of committed windows; thread-safe, since reads run in the threadpool."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[int, StoredWindow] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, window: int) -> StoredWindow | None:
+        with self._lock:
+            stored = self._items.get(window)
+            if stored is not None:
+                self._items.move_to_end(window)
+            return stored
+
+    def put(self, stored: StoredWindow) -> None:
+        window = stored[0].window
+        with self._lock:
+            self._items[window] = stored
+            self._items.move_to_end(window)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)

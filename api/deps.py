@@ -1,0 +1,108 @@
+"""The per-app state every route reads, and how a route reads the database (never writes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+
+from api.cache import CommitTracker, ResponseCache, WindowMemo
+from api.events import EventBroker
+from api.metrics import ApiMetrics
+from api.ratelimit import RateLimiter
+from api.redis_gate import RedisGate
+from api.settings import ApiConfig
+from storage.db import DatabaseConfig, make_engine
+from storage.queries import latest_committed_window
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class AppState:
+    config: ApiConfig
+    engine: Engine
+    sessions: sessionmaker[Session]
+    redis: RedisGate
+    cache: ResponseCache
+    limiter: RateLimiter
+    commits: CommitTracker
+    memo: WindowMemo
+    broker: EventBroker
+    metrics: ApiMetrics
+
+    def read_sync(self, work: Callable[[Session], T]) -> T:
+        """Run `work` in one session that is rolled back, never committed."""
+        with self.sessions() as session:
+            return work(session)
+
+    async def read(self, work: Callable[[Session], T]) -> T:
+        """`read_sync` in the threadpool: database calls never block the event loop."""
+        return await run_in_threadpool(self.read_sync, work)
+
+
+def read_only_engine(config: ApiConfig) -> Engine:
+    """An engine whose Postgres transactions are READ ONLY: a write fails even under a writer role."""
+    engine = make_engine(
+        DatabaseConfig(
+            url=config.database_url,
+            statement_timeout_ms=config.statement_timeout_ms,
+            pool_size=config.pool_size,
+        )
+    )
+    if make_url(config.database_url).get_backend_name() == "postgresql":
+        return engine.execution_options(postgresql_readonly=True)
+    return engine
+
+
+def build_state(config: ApiConfig) -> AppState:
+    engine = read_only_engine(config)
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    metrics = ApiMetrics()
+    gate = RedisGate(config.redis_url, timeout_s=config.redis_timeout_s, retry_s=config.redis_retry_s)
+
+    def read_latest() -> int | None:
+        with sessions() as session:
+            return latest_committed_window(session=session)
+
+    commits = CommitTracker(read_latest, config.commit_refresh_s)
+
+    def on_event(event: dict[str, object]) -> None:
+        metrics.events.labels(str(event["type"])).inc()
+        commits.note_event(event)
+
+    return AppState(
+        config=config,
+        engine=engine,
+        sessions=sessions,
+        redis=gate,
+        cache=ResponseCache(gate, prefix=config.redis_prefix, ttl_s=config.cache_ttl_s, metrics=metrics),
+        limiter=RateLimiter(gate, prefix=config.redis_prefix, per_minute=config.rate_limit_per_minute),
+        commits=commits,
+        memo=WindowMemo(config.window_memo_size),
+        broker=EventBroker(on_event),
+        metrics=metrics,
+    )
+
+
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.gauntlet
+    return state
+
+
+StateDep = Annotated[AppState, Depends(get_state)]
+
+
+async def rate_limit(request: Request, state: StateDep) -> None:
+    """Refuses a client over its per-minute budget with 429 and Retry-After."""
+    client = request.client.host if request.client else "unknown"
+    wait = await state.limiter.check(client)
+    if wait is not None:
+        state.metrics.rate_limited.inc()
+        raise HTTPException(429, "too many requests", headers={"Retry-After": str(wait)})

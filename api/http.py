@@ -1,0 +1,101 @@
+"""JSON errors with a code and a message, and JSON bodies with ETags and conditional GETs."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException
+
+from api.schemas import ErrorBody, ErrorResponse
+
+# Live reads may change with every commit: the client revalidates (cheap, thanks to the ETag).
+LIVE: Final = "no-cache"
+# A committed window's selection never changes.
+IMMUTABLE: Final = "public, max-age=31536000, immutable"
+# A committed window's detail changes only when a weight-setting attempt for it is recorded later.
+COMMITTED: Final = "public, max-age=60"
+
+STATUS_CODES: Final = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    422: "invalid_parameter",
+    429: "rate_limited",
+    503: "unavailable",
+}
+ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
+    404: {"model": ErrorResponse, "description": "unknown peer or window"},
+    422: {"model": ErrorResponse, "description": "invalid parameter"},
+    429: {"model": ErrorResponse, "description": "rate limited (see Retry-After)"},
+}
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = ErrorResponse(error=ErrorBody(code=code, message=message)).model_dump_json()
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def dump(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
+def json_response(request: Request, body: bytes, *, cache_control: str) -> Response:
+    """`body` with a strong ETag of its bytes; 304 when the client already holds it."""
+    etag = f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
+    headers = {"ETag": etag, "Cache-Control": cache_control}
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None:
+        tags = {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+        if etag in tags or "*" in tags:
+            return Response(status_code=304, headers=headers)
+    return Response(body, media_type="application/json", headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error leaves as {"error": {"code", "message"}}; bad input is never a 500."""
+
+    async def on_api_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status, exc.code, exc.message)
+
+    async def on_http(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = STATUS_CODES.get(exc.status_code, "error")
+        return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+
+    async def on_validation(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(422, "invalid_parameter", _validation_message(exc))
+
+    async def on_database(_: Request, exc: Exception) -> Response:
+        log.warning("database unavailable: %s", exc)
+        return error_response(503, "database_unavailable", "the database cannot be reached")
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(HTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(OperationalError, on_database)
+    app.add_exception_handler(DBAPIError, on_database)

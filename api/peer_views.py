@@ -1,0 +1,170 @@
+"""Peer reads: the ranking, one peer's detail and its rating history. Run in the threadpool."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Final, Literal
+
+from sqlalchemy.orm import Session
+
+from api.cache import WindowMemo
+from api.http import ApiError
+from api.schemas import (
+    HistoryPointOut,
+    PeerDetail,
+    PeerHistory,
+    PeerList,
+    PeerRow,
+    PeerWindow,
+    PenaltyOut,
+    SelectionOut,
+    UidSpan,
+)
+from api.window_views import below, evaluation_out, load_window, rating_out
+from storage.queries import leaderboard, list_windows, peer_history, peer_summary
+from storage.records import LeaderboardEntry, PeerSummary, WindowRecord
+
+PeerSort = Literal[
+    "rank", "uid", "hotkey", "mu", "sigma", "ordinal", "bma", "final_score", "last_evaluated_window"
+]
+MAX_HOTKEY_LEN: Final = 64
+MAX_UID: Final = 65_535
+
+
+def _unknown_peer(ident: str) -> ApiError:
+    shown = ident if len(ident) <= MAX_HOTKEY_LEN else ident[:MAX_HOTKEY_LEN] + "…"
+    return ApiError(404, "not_found", f"unknown peer {shown!r}")
+
+
+def resolve_peer(session: Session, ident: str) -> PeerSummary:
+    """A peer by hotkey, or by the uid it holds now (a recycled uid names its newest holder)."""
+    if len(ident) > MAX_HOTKEY_LEN or "\x00" in ident or not ident:
+        raise _unknown_peer(ident)
+    hotkey = ident
+    if ident.isdigit():
+        uid = int(ident)
+        holders = [e for e in leaderboard(session=session) if e.uid == uid] if uid <= MAX_UID else []
+        if not holders:
+            raise _unknown_peer(ident)
+        hotkey = max(holders, key=lambda e: (e.updated_window, e.hotkey)).hotkey
+    summary = peer_summary(session=session, hotkey=hotkey)
+    if summary is None:
+        raise _unknown_peer(ident)
+    return summary
+
+
+def _row(entry: LeaderboardEntry, status: str | None) -> PeerRow:
+    return PeerRow(
+        rank=entry.rank,
+        uid=entry.uid,
+        hotkey=entry.hotkey,
+        mu=entry.mu,
+        sigma=entry.sigma,
+        ordinal=entry.mu - 3 * entry.sigma,
+        bma=entry.bma,
+        final_score=entry.final_score,
+        last_status=status,
+        last_evaluated_window=entry.last_evaluated_window,
+        updated_window=entry.updated_window,
+    )
+
+
+def _sorted(rows: list[PeerRow], sort: PeerSort, descending: bool) -> list[PeerRow]:
+    # Rows arrive in rank order, and sorts are stable: ties keep rank order. Nulls go last.
+    present = [r for r in rows if getattr(r, sort) is not None]
+    absent = [r for r in rows if getattr(r, sort) is None]
+    return sorted(present, key=lambda r: getattr(r, sort), reverse=descending) + absent
+
+
+def peer_list(
+    session: Session,
+    memo: WindowMemo,
+    *,
+    latest: int | None,
+    sort: PeerSort,
+    descending: bool,
+    limit: int,
+    offset: int,
+) -> PeerList:
+    statuses: dict[str, str] = {}
+    stored = None if latest is None else load_window(session, memo, latest)
+    if stored is not None:
+        statuses = {s.hotkey: s.status for s in stored[1].submissions}
+    rows = [_row(e, statuses.get(e.hotkey)) for e in leaderboard(session=session)]
+    page = _sorted(rows, sort, descending)[offset : offset + limit]
+    return PeerList(window=latest, total=len(rows), offset=offset, limit=limit, peers=page)
+
+
+def _peer_window(hotkey: str, state: str, record: WindowRecord) -> PeerWindow | None:
+    """The peer's part of one window, or None when it took no part in it."""
+    sub = next((s for s in record.submissions if s.hotkey == hotkey), None)
+    ev = next((e for e in record.evaluations if e.hotkey == hotkey), None)
+    rating = next((r for r in record.ratings if r.hotkey == hotkey), None)
+    sel = next((s for s in record.selections if s.hotkey == hotkey), None)
+    penalties = [PenaltyOut(**asdict(p)) for p in record.penalties if p.hotkey == hotkey]
+    if sub is None and ev is None and rating is None and sel is None and not penalties:
+        return None
+    return PeerWindow(
+        window=record.window,
+        state=state,
+        status=None if sub is None else sub.status,
+        reason=None if sub is None else sub.reason,
+        detail="" if sub is None else sub.detail,
+        evaluation=None if ev is None else evaluation_out(ev),
+        rating=None if rating is None else rating_out(rating),
+        penalties=penalties,
+        selection=None if sel is None else SelectionOut(**asdict(sel)),
+    )
+
+
+def peer_detail(session: Session, memo: WindowMemo, summary: PeerSummary, *, n_windows: int) -> PeerDetail:
+    ranks = {e.hotkey: e.rank for e in leaderboard(session=session)}
+    windows = []
+    for header in list_windows(session=session, limit=n_windows, before=below(summary.last_window)):
+        stored = load_window(session, memo, header.window)
+        part = None if stored is None else _peer_window(summary.hotkey, header.state, stored[1])
+        if part is not None:
+            windows.append(part)
+    return PeerDetail(
+        hotkey=summary.hotkey,
+        uid=summary.uid,
+        rank=ranks.get(summary.hotkey),
+        first_window=summary.first_window,
+        last_window=summary.last_window,
+        uid_history=[UidSpan(uid=u, first_window=f, last_window=last) for u, f, last in summary.uid_history],
+        rating=None if summary.rating is None else rating_out(summary.rating),
+        windows=windows,
+    )
+
+
+def history_body(
+    session: Session, hotkey: str, *, from_window: int | None, to_window: int | None, limit: int
+) -> PeerHistory:
+    """Points with from_window <= window <= to_window (both optional; a reversed range is empty),
+    the newest `limit` of them, oldest first.
+
+    A peer has at most one point per window, so the newest (to - from + 1) points before to + 1
+    cover the whole range.
+    """
+    if from_window is not None and to_window is not None:
+        limit = min(limit, to_window - from_window + 1)  # <= 0 for an empty range
+    before = None if to_window is None else below(to_window)
+    points = [] if limit <= 0 else peer_history(session=session, hotkey=hotkey, limit=limit, before=before)
+    return PeerHistory(
+        hotkey=hotkey,
+        from_window=from_window,
+        to_window=to_window,
+        points=[
+            HistoryPointOut(
+                window=p.window,
+                uid=p.uid,
+                mu=p.mu,
+                sigma=p.sigma,
+                ordinal=p.mu - 3 * p.sigma,
+                bma=p.bma,
+                final_score=p.final_score,
+            )
+            for p in points
+            if from_window is None or p.window >= from_window
+        ],
+    )

@@ -1,0 +1,108 @@
+"""Operations: /healthz, /readyz, /metrics, the live event stream and the dashboard page."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Literal
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+
+from api.deps import StateDep, rate_limit
+from api.events import stream_events
+from api.schemas import Health, Readiness
+from api.window_views import below
+from storage.queries import latest_committed_window, list_windows
+
+STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
+# The dashboard loads nothing from elsewhere: the policy makes the browser enforce it.
+DASHBOARD_CSP: Final = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
+)
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+def _last_commit(session: Session) -> tuple[int | None, datetime | None]:
+    latest = latest_committed_window(session=session)
+    if latest is None:
+        return None, None
+    headers = list_windows(session=session, limit=1, before=below(latest))
+    return latest, headers[0].committed_at if headers else None
+
+
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Database reachable and the newest commit recent enough",
+    responses={503: {"model": Readiness, "description": "not ready"}},
+)
+async def readyz(state: StateDep) -> Response:
+    redis: Literal["up", "down", "disabled"] = "disabled"
+    if state.redis.configured:
+        redis = "up" if await state.redis.call(lambda r: r.ping()) else "down"
+    try:
+        latest, committed_at = await state.read(_last_commit)
+    except DBAPIError:
+        body = Readiness(
+            status="unavailable",
+            database=False,
+            redis=redis,
+            latest_committed_window=None,
+            last_commit_age_s=None,
+        )
+        return Response(body.model_dump_json(), status_code=503, media_type="application/json")
+    age = None if committed_at is None else (datetime.now(UTC) - committed_at).total_seconds()
+    limit = state.config.max_commit_age_s
+    stale = limit is not None and age is not None and age > limit
+    body = Readiness(
+        status="stale" if stale else "ready",
+        database=True,
+        redis=redis,
+        latest_committed_window=latest,
+        last_commit_age_s=age,
+    )
+    return Response(body.model_dump_json(), status_code=503 if stale else 200, media_type="application/json")
+
+
+@router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
+async def metrics(state: StateDep) -> Response:
+    m = state.metrics
+    m.redis_up.set(1 if state.redis.up else 0)
+    m.sse_clients.set(state.broker.n_clients)
+    latest = await state.commits.latest()
+    if latest is not None:
+        m.latest_committed.set(latest)
+    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get(
+    "/v1/events",
+    summary="Live events (server-sent): window_opened, peer_scored, window_committed, weights_set",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"}},
+    dependencies=[Depends(rate_limit)],
+)
+async def events(state: StateDep) -> StreamingResponse:
+    return StreamingResponse(
+        stream_events(state.broker, state.config.keepalive_s),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/", include_in_schema=False)
+async def dashboard() -> FileResponse:
+    return FileResponse(
+        STATIC_DIR / "index.html",
+        headers={"Content-Security-Policy": DASHBOARD_CSP, "Cache-Control": "no-cache"},
+    )

@@ -1,0 +1,99 @@
+"""GET /v1/peers, /v1/peers/{peer}, /v1/peers/{peer}/history. A peer is named by hotkey or uid."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
+
+from api.deps import StateDep, rate_limit
+from api.http import ERROR_RESPONSES, LIVE, dump, json_response
+from api.peer_views import PeerSort, history_body, peer_detail, peer_list, resolve_peer
+from api.schemas import PeerDetail, PeerHistory, PeerList
+from api.window_views import MAX_WINDOW
+
+router = APIRouter(
+    prefix="/v1", tags=["peers"], responses=ERROR_RESPONSES, dependencies=[Depends(rate_limit)]
+)
+
+PeerIdent = Annotated[str, Path(description="the peer's hotkey (ss58) or the uid it holds now")]
+WindowBound = Query(ge=0, le=MAX_WINDOW)
+
+
+@router.get("/peers", response_model=PeerList, summary="Current ranking")
+async def get_peers(
+    request: Request,
+    state: StateDep,
+    sort: PeerSort = "rank",
+    order: Literal["asc", "desc"] = "asc",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 256,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> Response:
+    latest = await state.commits.latest()
+    key = state.cache.key(latest, f"peers:{sort}:{order}:{limit}:{offset}")
+
+    def build() -> bytes:
+        return dump(
+            state.read_sync(
+                lambda s: peer_list(
+                    s,
+                    state.memo,
+                    latest=latest,
+                    sort=sort,
+                    descending=order == "desc",
+                    limit=limit,
+                    offset=offset,
+                )
+            )
+        )
+
+    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+
+
+@router.get("/peers/{peer}", response_model=PeerDetail, summary="One peer and its newest windows")
+async def get_peer(
+    request: Request,
+    state: StateDep,
+    peer: PeerIdent,
+    windows: Annotated[int, Query(ge=1, le=50, description="how many of its newest windows")] = 10,
+) -> Response:
+    latest = await state.commits.latest()
+    key = state.cache.key(latest, f"peer:{peer}:{windows}")
+
+    def build() -> bytes:
+        def work(s: Session) -> PeerDetail:
+            return peer_detail(s, state.memo, resolve_peer(s, peer), n_windows=windows)
+
+        return dump(state.read_sync(work))
+
+    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+
+
+@router.get("/peers/{peer}/history", response_model=PeerHistory, summary="Rating and score over windows")
+async def get_peer_history(
+    request: Request,
+    state: StateDep,
+    peer: PeerIdent,
+    from_window: Annotated[int | None, WindowBound] = None,
+    to_window: Annotated[int | None, WindowBound] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> Response:
+    latest = await state.commits.latest()
+    key = state.cache.key(latest, f"history:{peer}:{from_window}:{to_window}:{limit}")
+
+    def build() -> bytes:
+        return dump(
+            state.read_sync(
+                lambda s: history_body(
+                    s,
+                    resolve_peer(s, peer).hotkey,
+                    from_window=from_window,
+                    to_window=to_window,
+                    limit=limit,
+                )
+            )
+        )
+
+    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)

@@ -1,0 +1,221 @@
+"""Response models: the API's public contract (OpenAPI). Built from storage records, never from rows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Schema(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ErrorBody(Schema):
+    code: str = Field(description="machine-readable error code, e.g. not_found, invalid_parameter")
+    message: str
+
+
+class ErrorResponse(Schema):
+    error: ErrorBody
+
+
+class PeerRow(Schema):
+    rank: int = Field(description="1 is the best final score")
+    uid: int
+    hotkey: str
+    mu: float
+    sigma: float
+    ordinal: float = Field(description="mu - 3 sigma")
+    bma: float
+    final_score: float
+    last_status: str | None = Field(description="submission status in the newest committed window")
+    last_evaluated_window: int | None
+    updated_window: int
+
+
+class PeerList(Schema):
+    window: int | None = Field(description="newest committed window")
+    total: int
+    offset: int
+    limit: int
+    peers: list[PeerRow]
+
+
+class UidSpan(Schema):
+    uid: int
+    first_window: int
+    last_window: int
+
+
+class EvaluationOut(Schema):
+    hotkey: str
+    loss_own_before: float
+    loss_own_after: float
+    loss_rand_before: float
+    loss_rand_after: float
+    score: float
+    own_gain: float
+    indicator: int
+
+
+class PenaltyOut(Schema):
+    hotkey: str
+    kind: str
+    multiplier: float
+    detail: str
+    until_window: int | None
+
+
+class SelectionOut(Schema):
+    hotkey: str
+    uid: int
+    role: Literal["gather", "reserve"]
+    rank: int
+
+
+class RatingOut(Schema):
+    hotkey: str
+    uid: int
+    mu: float
+    sigma: float
+    ordinal: float
+    bma: float
+    final_score: float
+    penalty: dict[str, Any]
+    last_evaluated_window: int | None
+
+
+class PeerWindow(Schema):
+    window: int
+    state: str
+    status: str | None
+    reason: str | None
+    detail: str
+    evaluation: EvaluationOut | None
+    rating: RatingOut | None
+    penalties: list[PenaltyOut]
+    selection: SelectionOut | None
+
+
+class PeerDetail(Schema):
+    hotkey: str
+    uid: int
+    rank: int | None
+    first_window: int
+    last_window: int
+    uid_history: list[UidSpan]
+    rating: RatingOut | None
+    windows: list[PeerWindow] = Field(description="the peer's newest windows, newest first")
+
+
+class HistoryPointOut(Schema):
+    window: int
+    uid: int
+    mu: float
+    sigma: float
+    ordinal: float
+    bma: float
+    final_score: float
+
+
+class PeerHistory(Schema):
+    hotkey: str
+    from_window: int | None
+    to_window: int | None
+    points: list[HistoryPointOut] = Field(description="oldest first")
+
+
+class WindowSummaryOut(Schema):
+    window: int
+    state: str
+    base_fingerprint: str
+    start_block: int | None
+    committed_at: datetime | None
+    n_submissions: int
+    n_evaluations: int
+
+
+class WindowList(Schema):
+    windows: list[WindowSummaryOut] = Field(description="newest first")
+    next_before: int | None = Field(description="pass as `before` for the next page; null at the end")
+
+
+class SubmissionOut(Schema):
+    hotkey: str
+    uid: int
+    status: str
+    reason: str | None
+    detail: str
+    object_key: str | None
+    etag: str | None
+    version_id: str | None
+    size: int | None
+    payload_digest: str | None
+    storage_time: datetime | None
+    fetched_time: datetime | None
+
+
+class CopyPairOut(Schema):
+    hotkey_a: str
+    hotkey_b: str
+    overlap: float
+    sign_agreement: float
+    offender: str
+
+
+class WeightSetOut(Schema):
+    window: int
+    block: int | None
+    uids: list[int]
+    weights: list[float]
+    outcome: str
+    error: str | None
+
+
+class WindowDetail(Schema):
+    summary: WindowSummaryOut
+    heldout_seed: str
+    config_digest: str
+    code_version: str
+    timings: dict[str, Any]
+    aggregate_digests: list[str]
+    submissions: list[SubmissionOut]
+    evaluations: list[EvaluationOut]
+    ratings: list[RatingOut]
+    penalties: list[PenaltyOut]
+    copy_pairs: list[CopyPairOut]
+    selection: list[SelectionOut]
+    weight_sets: list[WeightSetOut] = Field(description="weight-setting attempts recorded for this window")
+
+
+class SelectedPeer(Schema):
+    hotkey: str
+    uid: int
+    role: Literal["gather", "reserve"]
+    rank: int
+    object_key: str | None
+    etag: str | None
+    version_id: str | None
+    payload_digest: str | None
+
+
+class WindowSelection(Schema):
+    window: int
+    state: str
+    base_fingerprint: str
+    aggregate_digests: list[str]
+    peers: list[SelectedPeer] = Field(description="gather peers by rank, then reserves by rank")
+
+
+class Health(Schema):
+    status: Literal["ok"]
+
+
+class Readiness(Schema):
+    status: Literal["ready", "stale", "unavailable"]
+    database: bool
+    redis: Literal["up", "down", "disabled"]
+    latest_committed_window: int | None
+    last_commit_age_s: float | None

@@ -1,0 +1,138 @@
+"""Window reads: storage records in, response models out. Run in the threadpool with a read session."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from sqlalchemy.orm import Session
+
+from api.cache import StoredWindow, WindowMemo
+from api.schemas import (
+    CopyPairOut,
+    EvaluationOut,
+    PenaltyOut,
+    RatingOut,
+    SelectedPeer,
+    SelectionOut,
+    SubmissionOut,
+    WeightSetOut,
+    WindowDetail,
+    WindowList,
+    WindowSelection,
+    WindowSummaryOut,
+)
+from storage.queries import list_windows, weight_sets, window_detail
+from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord
+
+MAX_WINDOW = 2**31 - 1  # the column is a 32-bit integer: larger numbers cannot exist
+
+
+def below(window: int) -> int | None:
+    """The `before` bound that includes `window`; None past the column's range (it would overflow)."""
+    return None if window >= MAX_WINDOW else window + 1
+
+
+def load_window(session: Session, memo: WindowMemo, window: int) -> StoredWindow | None:
+    """A window's header and content; committed windows are immutable, so they are memoized."""
+    stored = memo.get(window)
+    if stored is not None:
+        return stored
+    if not 0 <= window <= MAX_WINDOW:
+        return None
+    headers = list_windows(session=session, limit=1, before=below(window))
+    if not headers or headers[0].window != window:
+        return None
+    record = window_detail(session=session, window=window)
+    if record is None:  # deleted between the two reads
+        return None
+    stored = (headers[0], record)
+    if headers[0].state == "committed":
+        memo.put(stored)
+    return stored
+
+
+def rating_out(r: RatingRecord) -> RatingOut:
+    return RatingOut(
+        hotkey=r.hotkey,
+        uid=r.uid,
+        mu=r.mu,
+        sigma=r.sigma,
+        ordinal=r.mu - 3 * r.sigma,
+        bma=r.bma,
+        final_score=r.final_score,
+        penalty=dict(r.penalty),
+        last_evaluated_window=r.last_evaluated_window,
+    )
+
+
+def evaluation_out(e: EvaluationRecord) -> EvaluationOut:
+    values = asdict(e)
+    del values["timings"]
+    return EvaluationOut(**values)
+
+
+def submission_out(s: SubmissionRecord) -> SubmissionOut:
+    values = asdict(s)
+    del values["content_digest"]  # the archive's key: internal
+    return SubmissionOut(**values)
+
+
+def window_list(session: Session, *, limit: int, before: int | None) -> WindowList:
+    rows = list_windows(session=session, limit=limit, before=before)
+    return WindowList(
+        windows=[WindowSummaryOut(**asdict(w)) for w in rows],
+        next_before=rows[-1].window if len(rows) == limit and rows[-1].window > 0 else None,
+    )
+
+
+def window_body(session: Session, memo: WindowMemo, window: int) -> WindowDetail | None:
+    stored = load_window(session, memo, window)
+    if stored is None:
+        return None
+    summary, record = stored
+    return WindowDetail(
+        summary=WindowSummaryOut(**asdict(summary)),
+        heldout_seed=record.heldout_seed,
+        config_digest=record.config_digest,
+        code_version=record.code_version,
+        timings=dict(record.timings),
+        aggregate_digests=list(record.aggregate_digests),
+        submissions=[submission_out(s) for s in record.submissions],
+        evaluations=[evaluation_out(e) for e in record.evaluations],
+        ratings=[rating_out(r) for r in record.ratings],
+        penalties=[PenaltyOut(**asdict(p)) for p in record.penalties],
+        copy_pairs=[CopyPairOut(**asdict(c)) for c in record.copy_pairs],
+        selection=[SelectionOut(**asdict(s)) for s in record.selections],
+        weight_sets=[
+            WeightSetOut(**{**asdict(ws), "uids": list(ws.uids), "weights": list(ws.weights)})
+            for ws in reversed(weight_sets(session=session, window=window))
+        ],
+    )
+
+
+def selection_body(session: Session, memo: WindowMemo, window: int) -> WindowSelection | None:
+    """What peers need to aggregate: the chosen submissions, pinned by object version and digest."""
+    stored = load_window(session, memo, window)
+    if stored is None:
+        return None
+    summary, record = stored
+    subs = {s.hotkey: s for s in record.submissions}
+    peers = []
+    for sel in record.selections:
+        sub = subs.get(sel.hotkey)
+        peers.append(
+            SelectedPeer(
+                **asdict(sel),
+                object_key=sub.object_key if sub else None,
+                etag=sub.etag if sub else None,
+                version_id=sub.version_id if sub else None,
+                payload_digest=sub.payload_digest if sub else None,
+            )
+        )
+    return WindowSelection(
+        window=window,
+        state=summary.state,
+        base_fingerprint=summary.base_fingerprint,
+        aggregate_digests=list(record.aggregate_digests),
+        peers=peers,
+    )

@@ -1,0 +1,204 @@
+"""Fixtures for API tests: a migrated database seeded through the validator's own writer, Redis
+under a unique key prefix, and a live uvicorn server in a thread for tests that need real sockets."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from api.app import build_server
+from api.settings import ApiConfig
+from storage.db import make_engine, session_scope
+from storage.migrate import upgrade
+from storage.records import (
+    CopyPairRecord,
+    EvaluationRecord,
+    PenaltyRecord,
+    RatingRecord,
+    SelectionRecord,
+    SubmissionRecord,
+    WeightSetRecord,
+    WindowRecord,
+)
+from storage.writer import commit_window, open_window, record_weight_set
+from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+N_PEERS = 6
+N_WINDOWS = 5  # windows 1..5 committed, window 6 left open
+
+
+def hotkey(i: int) -> str:
+    return f"5Peer{i:043d}"
+
+
+def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
+    """Peer 0 ranks first; the last peer is invalid, the one before it missing."""
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    invalid, missing = n_peers - 1, n_peers - 2
+    subs = [
+        SubmissionRecord(
+            hotkey=hotkey(i),
+            uid=i,
+            status="invalid" if i == invalid else "missing" if i == missing else "ok",
+            reason="bad_signature" if i == invalid else "missing" if i == missing else None,
+            object_key=f"gauntlet/1/{window}/{hotkey(i)}.safetensors",
+            etag=f'"e{window}-{i}"',
+            payload_digest=f"{window:032x}{i:032x}",
+            storage_time=t0,
+            fetched_time=t0,
+        )
+        for i in range(n_peers)
+    ]
+    evals = [
+        EvaluationRecord(
+            hotkey(i), 5.0, 4.9, 5.1, 5.0 - i / 100, 0.02 - i / 1000, 0.02, 1 if i % 2 == 0 else -1
+        )
+        for i in range(3)
+    ]
+    ratings = [
+        RatingRecord(
+            hotkey=hotkey(i),
+            uid=i,
+            mu=25.0 + (n_peers - i) + window / 10,
+            sigma=8.0 - window / 10,
+            bma=0.5,
+            final_score=(n_peers - i) + window / 100,
+            last_evaluated_window=window if i < 3 else None,
+        )
+        for i in range(n_peers)
+    ]
+    return WindowRecord(
+        window=window,
+        base_fingerprint=f"{window:064x}",
+        heldout_seed=f"seed{window}",
+        config_digest="c" * 64,
+        code_version="test",
+        start_block=1000 + 115 * window,
+        aggregate_digests=[s.payload_digest or "" for s in subs[:2]],
+        submissions=subs,
+        evaluations=evals,
+        ratings=ratings,
+        penalties=[PenaltyRecord(hotkey(invalid), "invalid", 0.0, "bad_signature")],
+        copy_pairs=[CopyPairRecord(hotkey(0), hotkey(1), 0.45, 0.9, hotkey(1))],
+        selections=[
+            SelectionRecord(hotkey(0), 0, "gather", 0),
+            SelectionRecord(hotkey(1), 1, "gather", 1),
+            SelectionRecord(hotkey(2), 2, "reserve", 0),
+        ],
+    )
+
+
+def seed(engine: Engine, windows: range = range(1, N_WINDOWS + 1), open_next: bool = True) -> None:
+    for w in windows:
+        with session_scope(engine) as session:
+            commit_window(session=session, record=window_record(w))
+    with session_scope(engine) as session:
+        record_weight_set(
+            session=session,
+            record=WeightSetRecord(windows[-1], 9000, [0, 1], [0.75, 0.25], "ok"),
+        )
+        if open_next:
+            open_window(session=session, record=window_record(windows[-1] + 1))
+
+
+@dataclass(frozen=True)
+class SeededDb:
+    url: str
+    engine: Engine  # a writer engine, for tests that commit more windows
+
+
+def seeded_database(url: str) -> SeededDb:
+    upgrade(url)
+    engine = make_engine(url)
+    seed(engine)
+    return SeededDb(url, engine)
+
+
+@pytest.fixture(name="pg_db", scope="module")
+def pg_db_fixture() -> Iterator[SeededDb]:
+    name = create_pg_database()
+    db = seeded_database(PG_URL.format(name=name))
+    try:
+        yield db
+    finally:
+        db.engine.dispose()
+        drop_pg_database(name)
+
+
+@contextmanager
+def redis_namespace() -> Iterator[str]:
+    """A unique key prefix; every key under it is deleted afterwards (never FLUSHALL: Redis is shared)."""
+    prefix = f"gauntlet:test:{uuid.uuid4().hex[:10]}:"
+    try:
+        yield prefix
+    finally:
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def config_for(url: str, prefix: str | None = None, **overrides: object) -> ApiConfig:
+    """A config over `url`; with a prefix, Redis is on (cache keys and the channel under the prefix)."""
+    redis_opts: dict[str, object] = {}
+    if prefix is not None:
+        redis_opts = {"redis_url": REDIS_URL, "redis_prefix": prefix, "events_channel": f"{prefix}events"}
+    return ApiConfig(database_url=url, **{**redis_opts, **overrides})  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    base_url: str
+    config: ApiConfig
+
+
+@contextmanager
+def run_server(config: ApiConfig) -> Iterator[LiveServer]:
+    """Serve `config` on a free port in a thread until the generator is closed."""
+    port = free_port()
+    server = build_server(config, "127.0.0.1", port)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.02)
+    try:
+        yield LiveServer(f"http://127.0.0.1:{port}", config)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(name="pg_server", scope="module")
+def pg_server_fixture(pg_db: SeededDb) -> Iterator[LiveServer]:
+    """The API over the seeded Postgres database with Redis on (cache, rate limit, events)."""
+    with redis_namespace() as prefix, run_server(config_for(pg_db.url, prefix)) as server:
+        yield server
+
+
+@pytest.fixture(name="client", scope="module")
+def client_fixture(pg_server: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=pg_server.base_url, timeout=10) as client:
+        yield client

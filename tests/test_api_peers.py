@@ -1,0 +1,119 @@
+"""GET /v1/peers*, against the real app over a seeded Postgres database and Redis."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.api_fixtures import N_PEERS, client_fixture, hotkey, pg_db_fixture, pg_server_fixture
+
+__all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
+
+
+def test_ranking_lists_every_peer_best_first(client: httpx.Client) -> None:
+    body = client.get("/v1/peers").json()
+    assert body["window"] == 5 and body["total"] == N_PEERS
+    peers = body["peers"]
+    assert [p["hotkey"] for p in peers] == [hotkey(i) for i in range(N_PEERS)]
+    assert [p["rank"] for p in peers] == [1, 2, 3, 4, 5, 6]
+    top = peers[0]
+    # window 5: mu = 25 + 6 + 0.5, sigma = 8 - 0.5, final = 6 + 0.05
+    assert (top["uid"], top["mu"], top["sigma"], top["final_score"]) == (0, 31.5, 7.5, 6.05)
+    assert top["ordinal"] == 31.5 - 3 * 7.5
+    assert top["last_evaluated_window"] == 5 and peers[4]["last_evaluated_window"] is None
+    assert [p["last_status"] for p in peers] == ["ok", "ok", "ok", "ok", "missing", "invalid"]
+
+
+def test_ranking_sorts_and_paginates(client: httpx.Client) -> None:
+    body = client.get("/v1/peers", params={"sort": "uid", "order": "desc", "limit": 2, "offset": 1}).json()
+    assert [p["uid"] for p in body["peers"]] == [4, 3]
+    assert (body["total"], body["limit"], body["offset"]) == (N_PEERS, 2, 1)
+    by_ordinal = client.get("/v1/peers", params={"sort": "ordinal", "order": "asc"}).json()["peers"]
+    assert [p["uid"] for p in by_ordinal] == [5, 4, 3, 2, 1, 0]
+    assert client.get("/v1/peers", params={"offset": 100}).json()["peers"] == []
+
+
+def test_uid_and_hotkey_name_the_same_peer(client: httpx.Client) -> None:
+    by_uid = client.get("/v1/peers/1")
+    by_hotkey = client.get(f"/v1/peers/{hotkey(1)}")
+    assert by_uid.status_code == 200
+    assert by_uid.json() == by_hotkey.json()
+    assert by_uid.json()["rank"] == 2
+
+
+def test_peer_detail_shows_its_newest_windows(client: httpx.Client) -> None:
+    body = client.get(f"/v1/peers/{hotkey(N_PEERS - 1)}", params={"windows": 2}).json()
+    assert [w["window"] for w in body["windows"]] == [5, 4]
+    newest = body["windows"][0]
+    assert (newest["status"], newest["reason"], newest["evaluation"], newest["selection"]) == (
+        "invalid",
+        "bad_signature",
+        None,
+        None,
+    )
+    assert newest["penalties"] == [
+        {
+            "hotkey": hotkey(N_PEERS - 1),
+            "kind": "invalid",
+            "multiplier": 0.0,
+            "detail": "bad_signature",
+            "until_window": None,
+        }
+    ]
+    top = client.get("/v1/peers/0").json()["windows"][0]
+    assert top["evaluation"]["score"] == 0.02 and top["evaluation"]["indicator"] == 1
+    assert top["selection"] == {"hotkey": hotkey(0), "uid": 0, "role": "gather", "rank": 0}
+    assert body["uid_history"] == [{"uid": N_PEERS - 1, "first_window": 1, "last_window": 5}]
+
+
+def test_history_honours_the_window_range(client: httpx.Client) -> None:
+    body = client.get("/v1/peers/0/history", params={"from_window": 2, "to_window": 4}).json()
+    assert [p["window"] for p in body["points"]] == [2, 3, 4]
+    assert body["points"][0]["final_score"] == 6.02
+    assert [p["window"] for p in client.get("/v1/peers/0/history").json()["points"]] == [1, 2, 3, 4, 5]
+    newest = client.get("/v1/peers/0/history", params={"limit": 2}).json()["points"]
+    assert [p["window"] for p in newest] == [4, 5]
+    assert client.get("/v1/peers/0/history", params={"from_window": 4}).json()["points"][0]["window"] == 4
+    reversed_range = client.get("/v1/peers/0/history", params={"from_window": 4, "to_window": 2})
+    assert reversed_range.status_code == 200 and reversed_range.json()["points"] == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/peers/nobody",
+        "/v1/peers/999",
+        "/v1/peers/99999999999999999999",
+        "/v1/peers/%00",
+        "/v1/peers/" + "x" * 500,
+    ],
+)
+def test_unknown_peer_is_a_json_404(client: httpx.Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/v1/peers", {"limit": 0}),
+        ("/v1/peers", {"sort": "password"}),
+        ("/v1/peers", {"offset": -1}),
+        ("/v1/peers/0/history", {"to_window": "abc"}),
+        ("/v1/peers/0", {"windows": 1000}),
+    ],
+)
+def test_bad_parameters_are_a_json_422(client: httpx.Client, path: str, params: dict[str, object]) -> None:
+    response = client.get(path, params=params)  # type: ignore[arg-type]
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_parameter" and error["message"]
+
+
+def test_live_reads_revalidate_with_etags(client: httpx.Client) -> None:
+    first = client.get("/v1/peers")
+    assert first.headers["cache-control"] == "no-cache"
+    again = client.get("/v1/peers", headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    assert client.get("/v1/peers", headers={"If-None-Match": '"other"'}).status_code == 200

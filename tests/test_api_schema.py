@@ -1,0 +1,47 @@
+"""Property test of the OpenAPI contract: schemathesis generates requests (valid and not) for every
+operation and checks that none is a server error and every response matches its documented model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from api.app import create_app
+from api.settings import ApiConfig
+from tests.api_fixtures import LiveServer, pg_db_fixture, pg_server_fixture
+
+__all__ = ["pg_db_fixture", "pg_server_fixture"]
+
+# The schema comes from the app itself; building the app connects to nothing.
+schema = schemathesis.openapi.from_dict(create_app(ApiConfig(database_url="sqlite://")).openapi())
+
+
+def test_every_operation_has_a_response_model() -> None:
+    paths = create_app(ApiConfig(database_url="sqlite://")).openapi()["paths"]
+    assert {
+        "/v1/peers",
+        "/v1/peers/{peer}",
+        "/v1/peers/{peer}/history",
+        "/v1/windows",
+        "/v1/windows/{window}",
+        "/v1/windows/{window}/selection",
+        "/v1/events",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+    } <= set(paths)
+    for path, item in paths.items():
+        ok = item["get"]["responses"]["200"]["content"]
+        assert ok, path
+        if path.startswith("/v1/") and path != "/v1/events":
+            assert "$ref" in ok["application/json"]["schema"], path
+            assert "404" in item["get"]["responses"] and "422" in item["get"]["responses"], path
+
+
+# The event stream never ends, so it is tested on its own (test_api_events.py).
+@schema.exclude(path="/v1/events").parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_conforms_to_its_schema(case: schemathesis.Case[Any], pg_server: LiveServer) -> None:
+    case.call_and_validate(base_url=pg_server.base_url)

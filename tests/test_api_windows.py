@@ -1,0 +1,98 @@
+"""GET /v1/windows*, against the real app over a seeded Postgres database and Redis."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.api_fixtures import N_PEERS, client_fixture, hotkey, pg_db_fixture, pg_server_fixture
+
+__all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
+
+
+def test_windows_are_listed_newest_first_with_a_cursor(client: httpx.Client) -> None:
+    page = client.get("/v1/windows", params={"limit": 2}).json()
+    assert [(w["window"], w["state"]) for w in page["windows"]] == [(6, "open"), (5, "committed")]
+    assert page["windows"][1]["n_submissions"] == N_PEERS and page["windows"][1]["n_evaluations"] == 3
+    assert page["next_before"] == 5
+    rest = client.get("/v1/windows", params={"before": page["next_before"]}).json()
+    assert [w["window"] for w in rest["windows"]] == [4, 3, 2, 1]
+    assert rest["next_before"] is None
+
+
+def test_window_detail_has_every_decision(client: httpx.Client) -> None:
+    body = client.get("/v1/windows/5").json()
+    assert body["summary"]["state"] == "committed" and body["summary"]["committed_at"] is not None
+    statuses = {s["hotkey"]: (s["status"], s["reason"]) for s in body["submissions"]}
+    assert statuses[hotkey(N_PEERS - 1)] == ("invalid", "bad_signature")
+    assert statuses[hotkey(N_PEERS - 2)] == ("missing", "missing")
+    assert statuses[hotkey(0)] == ("ok", None)
+    assert [e["hotkey"] for e in body["evaluations"]] == [hotkey(0), hotkey(1), hotkey(2)]
+    assert body["copy_pairs"] == [
+        {
+            "hotkey_a": hotkey(0),
+            "hotkey_b": hotkey(1),
+            "overlap": 0.45,
+            "sign_agreement": 0.9,
+            "offender": hotkey(1),
+        }
+    ]
+    assert [(s["role"], s["rank"]) for s in body["selection"]] == [
+        ("gather", 0),
+        ("gather", 1),
+        ("reserve", 0),
+    ]
+    assert body["weight_sets"] == [
+        {"window": 5, "block": 9000, "uids": [0, 1], "weights": [0.75, 0.25], "outcome": "ok", "error": None}
+    ]
+    assert len(body["ratings"]) == N_PEERS and "state" not in body["ratings"][0]
+
+
+def test_selection_pins_what_peers_aggregate(client: httpx.Client) -> None:
+    body = client.get("/v1/windows/3/selection").json()
+    assert body["state"] == "committed" and body["base_fingerprint"] == f"{3:064x}"
+    first = body["peers"][0]
+    assert (first["hotkey"], first["role"], first["rank"]) == (hotkey(0), "gather", 0)
+    assert first["object_key"] == f"gauntlet/1/3/{hotkey(0)}.safetensors"
+    assert first["payload_digest"] == f"{3:032x}{0:032x}" and first["etag"] == '"e3-0"'
+    assert [p["role"] for p in body["peers"]] == ["gather", "gather", "reserve"]
+
+
+def test_committed_windows_are_cacheable_and_answer_304(client: httpx.Client) -> None:
+    selection = client.get("/v1/windows/4/selection")
+    assert selection.headers["cache-control"] == "public, max-age=31536000, immutable"
+    detail = client.get("/v1/windows/4")
+    assert detail.headers["cache-control"].startswith("public, max-age=")
+    for response, path in ((selection, "/v1/windows/4/selection"), (detail, "/v1/windows/4")):
+        again = client.get(path, headers={"If-None-Match": response.headers["etag"]})
+        assert again.status_code == 304 and again.headers["etag"] == response.headers["etag"]
+
+
+def test_an_open_window_is_not_cached_by_clients(client: httpx.Client) -> None:
+    response = client.get("/v1/windows/6")
+    assert response.json()["summary"]["state"] == "open"
+    assert response.headers["cache-control"] == "no-cache"
+    assert client.get("/v1/windows/6/selection").headers["cache-control"] == "no-cache"
+
+
+@pytest.mark.parametrize("path", ["/v1/windows/7", "/v1/windows/0/selection", "/v1/windows/2147483647"])
+def test_unknown_window_is_a_json_404(client: httpx.Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert response.json() == {
+        "error": {"code": "not_found", "message": f"unknown window {path.split('/')[3]}"}
+    }
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/windows/-1", "/v1/windows/abc", "/v1/windows/99999999999", "/v1/windows?limit=501"]
+)
+def test_bad_window_parameters_are_a_json_422(client: httpx.Client, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_parameter"
+
+
+def test_unknown_route_is_a_json_404(client: httpx.Client) -> None:
+    response = client.get("/v1/nothing")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
