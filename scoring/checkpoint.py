@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from scoring.model import LlamaModel, ModelConfig, RopeScaling, build_model, rope_frequencies
+from scoring.model import LlamaModel, ModelConfig, RopeScaling, build_model
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -114,7 +114,6 @@ def load_checkpoint(
     cfg = config_from_hf(json.loads((root / "config.json").read_text()))
     # Allocate without initializing: a random init of a 70B model would cost minutes for nothing.
     model = build_model(cfg, device="meta").to_empty(device=device).to(dtype)
-    model.inv_freq = rope_frequencies(cfg).to(device)
     params = dict(model.named_parameters())
     names = {k: v for k, v in weight_map(root).items() if not k.endswith(IGNORED_SUFFIXES)}
     if cfg.tie_embeddings:

@@ -115,17 +115,31 @@ def apply_sparse(
     unknown = update.keys() - params.keys()
     if unknown:
         raise KeyError(f"update names parameters the model lacks: {sorted(unknown)[:5]}")
-    flats, indices, originals = [], [], []
-    with torch.no_grad():
-        for name, sp in update.items():
-            flat = params[name].detach().view(-1)
-            idx = sp.indices.to(flat.device, non_blocking=True)
-            orig = flat[idx]  # advanced indexing gathers a copy: the exact bits to restore
-            step = (beta * factors.get(name, 1.0)) * sp.values.to(flat.device, non_blocking=True)
-            flat.index_put_((idx,), (orig.float() - step).to(flat.dtype))
-            flats.append(flat)
-            indices.append(idx)
-            originals.append(orig)
+    flats: list[torch.Tensor] = []
+    indices: list[torch.Tensor] = []
+    originals: list[torch.Tensor] = []
+    try:
+        with torch.no_grad():
+            for name, sp in update.items():
+                flat = params[name].detach().view(-1)
+                idx, values = sp.indices, sp.values
+                if idx.device != flat.device:
+                    idx, values = (
+                        idx.to(flat.device, non_blocking=True),
+                        values.to(flat.device, non_blocking=True),
+                    )
+                orig = flat.index_select(0, idx)  # a copy: the exact bits to restore
+                # Same arithmetic as aggregation (orig − (β·c)·v in fp32), so the evaluated model is the
+                # one aggregation would produce at this step.
+                new = orig.float() - values * (beta * factors.get(name, 1.0))
+                flat.index_copy_(0, idx, new if new.dtype == flat.dtype else new.to(flat.dtype))
+                flats.append(flat)
+                indices.append(idx)
+                originals.append(orig)
+    except BaseException:
+        # A malformed parameter midway must not leave the shared model half-updated.
+        restore(SavedValues(tuple(flats), tuple(indices), tuple(originals)))
+        raise
     return SavedValues(tuple(flats), tuple(indices), tuple(originals))
 
 
@@ -133,7 +147,7 @@ def restore(saved: SavedValues) -> None:
     """Write the saved originals back: the model is bit-identical to before `apply_sparse`."""
     with torch.no_grad():
         for flat, idx, orig in zip(saved.flats, saved.indices, saved.values, strict=True):
-            flat.index_put_((idx,), orig)
+            flat.index_copy_(0, idx, orig)
 
 
 @contextlib.contextmanager

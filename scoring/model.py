@@ -97,7 +97,8 @@ class RMSNorm(nn.Module):
 
 def rope_frequencies(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies (head_dim/2,), with LLaMA-3 scaling when configured."""
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    exponents = torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device="cpu") / cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta**exponents)
     s = cfg.rope_scaling
     if s is None:
         return inv.float()
@@ -186,11 +187,11 @@ class LlamaModel(nn.Module):
         self.model = Backbone(cfg)
         # Tied: no lm_head module at all, so `named_parameters()` lists exactly the HF checkpoint keys.
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
-        self.register_buffer("inv_freq", rope_frequencies(cfg), persistent=False)
+        # A plain fp32 CPU tensor, not a buffer: casting the model to bf16 must not round the frequencies.
+        self.inv_freq = rope_frequencies(cfg)
 
     def rotary(self, t: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self.get_buffer("inv_freq")
-        angles = torch.outer(torch.arange(t, device=device, dtype=torch.float32), inv_freq.to(device))
+        angles = torch.outer(torch.arange(t, device=device, dtype=torch.float32), self.inv_freq.to(device))
         emb = torch.cat((angles, angles), dim=-1)  # (T, D)
         return emb.cos(), emb.sin()
 
