@@ -11,3 +11,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 torch.set_num_threads(1)
+
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def full_scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The demo's scenario with every adversary, run once and shared by the end-to-end tests."""
+    from tests.e2e_fixtures import clear_gauntlet_env, run_scenario
+
+    clear_gauntlet_env()
+    yield run_scenario(tmp_path_factory.mktemp("e2e") / "demo")

@@ -111,3 +111,23 @@ def reject_replays(
         else p
         for p in peers
     ]
+
+
+def check_window(
+    peers: Sequence[PeerWindow],
+    *,
+    window: int,
+    base: str,
+    spec: ParamSpec,
+    cfg: CheckConfig,
+    archive: Callable[[bytes], str],
+    seen_before: Callable[[list[str]], set[str]],
+    secret_seed: str,
+) -> tuple[list[PeerWindow], list[CopyFinding]]:
+    """All checks of §5 in order: decode (1–5), replays, norm outliers (6), uniqueness (7).
+
+    Uniqueness samples chunks from the window's secret seed, so copiers cannot dodge the sample."""
+    checked = decode_all(peers, window=window, base=base, spec=spec, cfg=cfg, archive=archive)
+    checked = reject_replays(checked, seen_before)
+    checked = reject_norm_outliers(checked, cfg)
+    return reject_copies(checked, cfg, seed=int(secret_seed[:16], 16))

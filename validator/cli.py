@@ -9,7 +9,10 @@ import typer
 # typer ≥ 0.29 vendors its own click: its exceptions are not click's.
 from typer._click.exceptions import ClickException
 
+from validator.cli_api import api
 from validator.cli_demo import demo
+from validator.cli_ops import config_app, db_app, run
+from validator.cli_replay import replay
 from validator.cli_submission import submission_app
 
 app = typer.Typer(
@@ -20,6 +23,11 @@ app = typer.Typer(
 )
 app.add_typer(submission_app, name="submission")
 app.command("demo")(demo)
+app.command("run")(run)
+app.command("api")(api)
+app.command("replay")(replay)
+app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
 
 
 def main() -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from validator.cli_api import serve_in_thread
 from validator.demo import DemoConfig, DemoRunner
 from validator.demo_summary import DemoSummary, leaderboard_lines, window_line
 from validator.logs import configure_logging
@@ -43,7 +43,7 @@ def demo(
     runner = DemoRunner(
         DemoConfig(parse_peers(peers, known), windows=windows, workdir=workdir, inner_steps=inner_steps)
     )
-    server = None if no_api else _start_api(runner, port)
+    server = None if no_api else serve_in_thread(runner.settings, "127.0.0.1", port)
     summary = DemoSummary(runner.network.behaviour_of())
     typer.echo(
         f"gauntlet demo: {len(runner.network.peers)} peers, {windows} windows, workdir {workdir}", err=True
@@ -62,14 +62,8 @@ def demo(
     if server is not None:
         typer.echo(f"dashboard and API at http://127.0.0.1:{port}/ (Ctrl-C to stop)", err=True)
         try:
-            while server.is_alive():
+            while server[1].is_alive():
                 time.sleep(0.5)
         except KeyboardInterrupt:
-            pass
+            server[0].should_exit = True
     return 0
-
-
-def _start_api(runner: DemoRunner, port: int) -> threading.Thread:
-    from api.app import serve_in_thread
-
-    return serve_in_thread(runner.settings.database_url, runner.settings.redis_url, "127.0.0.1", port)

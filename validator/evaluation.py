@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -66,13 +66,19 @@ def evaluate_window(
     ratings: RatingState,
     budget: int,
     cfg: EvalConfig,
+    only: Collection[str] | None = None,
 ) -> list[PeerWindow]:
-    """Evaluate a fair sample of the valid peers (all of them when the budget allows)."""
+    """Evaluate a fair sample of the valid peers (all of them when the budget allows).
+
+    `only` replaces the sample with a given set: replay evaluates exactly the recorded peers."""
     valid = {p.hotkey: p for p in peers if p.valid}
     ordinals = {h: r.ordinal for h, r in ratings.peers.items()}
     last = {h: r.last_evaluated for h, r in ratings.peers.items() if r.last_evaluated is not None}
     seed = int(held.seed[:16], 16)
-    chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, cfg.sampling)
+    if only is None:
+        chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, cfg.sampling)
+    else:
+        chosen = sorted(h for h in only if h in valid)
     jobs = []
     for hotkey in chosen:
         p = valid[hotkey]
@@ -83,4 +89,5 @@ def evaluate_window(
         model, jobs, held.batches, reference=reference, cfg=cfg.loss, loss_before=held.loss_before
     )
     by_uid = {r.uid: r for r in results}
-    return [replace(p, evaluation=by_uid[p.uid]) if p.hotkey in chosen else p for p in peers]
+    picked = set(chosen)
+    return [replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p for p in peers]

@@ -53,6 +53,12 @@ class Ledger:
             lambda s: queries.seen_payload_digests(session=s, digests=digests, before_window=window)
         )
 
+    def window_detail(self, window: int) -> WindowRecord | None:
+        return self._tx(lambda s: queries.window_detail(session=s, window=window))
+
+    def window_state(self, window: int) -> str | None:
+        return self._tx(lambda s: queries.window_state(session=s, window=window))
+
     def latest_committed(self) -> int | None:
         return self._tx(lambda s: queries.latest_committed_window(session=s))
 
@@ -83,22 +89,25 @@ class Ledger:
             gm = GlobalModel(model, checkpoint_fingerprint(dict(model.named_parameters())), target)
             self.checkpoint(gm)
             return gm, RatingState()
-        return self._rebuild(model, target, latest, outer_lr, codec), self.ratings_after(latest)
+        return self.model_at(model, target, outer_lr=outer_lr, codec=codec), self.ratings_after(latest)
 
-    def _rebuild(
-        self, model: LlamaModel, target: int, latest: int | None, outer_lr: float, codec: CodecConfig
-    ) -> GlobalModel:
-        plan = self._tx(lambda s: rebuild_plan(session=s, window=target))
+    def _base_at_checkpoint(self, window: int, model: LlamaModel) -> str:
+        """The fingerprint of the model a checkpoint holds (the start of `window`)."""
+        here = self._tx(lambda s: queries.window_detail(session=s, window=window))
+        if here is not None:
+            return here.base_fingerprint
+        before = self._tx(lambda s: queries.window_detail(session=s, window=window - 1))
+        if before is not None:
+            return next_base(before.base_fingerprint, before.aggregate_digests)
+        return checkpoint_fingerprint(dict(model.named_parameters()))  # the very first checkpoint
+
+    def model_at(self, model: LlamaModel, window: int, *, outer_lr: float, codec: CodecConfig) -> GlobalModel:
+        """Load into `model` the global model at the start of `window` (checkpoint + aggregates)."""
+        plan = self._tx(lambda s: rebuild_plan(session=s, window=window))
         load_model_bytes(model, load_checkpoint(store=self.blobs, record=plan.checkpoint))
-        if plan.steps:
-            base = plan.steps[0].base_fingerprint
-        elif latest is None:  # a fresh checkpoint with nothing committed after it
-            base = checkpoint_fingerprint(dict(model.named_parameters()))
-        else:
-            last = self._tx(lambda s: queries.window_detail(session=s, window=latest))
-            assert last is not None
-            base = next_base(last.base_fingerprint, last.aggregate_digests)
-        gm = GlobalModel(model, base, plan.checkpoint.window)
+        gm = GlobalModel(
+            model, self._base_at_checkpoint(plan.checkpoint.window, model), plan.checkpoint.window
+        )
         steps = []
         for step in plan.steps:
             if None in step.content_digests:

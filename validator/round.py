@@ -12,19 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from scoring.data import Dataset, window_seed
+from scoring.model import param_spec
 from scoring.ranking import RatingState
 from scoring.selection import Selection
 from scoring.uniqueness import CopyFinding
 from storage.archive import SubmissionArchive
 from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
-from validator.checking import (
-    CheckConfig,
-    clip_reference,
-    decode_all,
-    reject_copies,
-    reject_norm_outliers,
-    reject_replays,
-)
+from validator.checking import CheckConfig, check_window, clip_reference
 from validator.commitments import LocationPolicy
 from validator.evaluation import EvalConfig, HeldOut, evaluate_window, heldout
 from validator.events import Events, NullEvents
@@ -90,16 +84,17 @@ def run_window(r: Round, window: int) -> WindowReport:
     if r.model.window != window:
         raise ValueError(f"the model is at window {r.model.window}, not {window}")
     timer, started = StageTimer(r.metrics), time.perf_counter()
+    seed = window_seed(r.cfg.secret, window)  # secret per window: held-out pages, samples, sketches
     r.events.publish("window_opened", window)
     with timer("fetch"):
         peers = _fetch(r, window)
     r.hook("fetch", window)
     with timer("check"):
-        peers, findings = _check(r, window, peers)
+        peers, findings = _check(r, window, peers, seed)
         reference = clip_reference(peers)
     r.hook("check", window)
     with timer("evaluate"):
-        held = heldout(r.model.model, r.dataset, window_seed(r.cfg.secret, window), r.cfg.eval)
+        held = heldout(r.model.model, r.dataset, seed, r.cfg.eval)
         peers = _evaluate(r, window, peers, held, reference, started)
     r.hook("evaluate", window)
     with timer("rate"):
@@ -135,14 +130,14 @@ def _fetch(r: Round, window: int) -> list[PeerWindow]:
     return fetch_window(r.fetcher, targets, window, put_start, r.cfg.fetch_deadline_s)
 
 
-def _check(r: Round, window: int, peers: list[PeerWindow]) -> tuple[list[PeerWindow], list[CopyFinding]]:
-    spec = {n: tuple(p.shape) for n, p in r.model.model.named_parameters()}
-    peers = decode_all(
-        peers, window=window, base=r.model.base, spec=spec, cfg=r.cfg.check, archive=r.archive.put
-    )
-    peers = reject_replays(peers, lambda digests: r.ledger.seen_before(digests, window))
-    peers = reject_norm_outliers(peers, r.cfg.check)
-    return reject_copies(peers, r.cfg.check, seed=window)
+def _check(
+    r: Round, window: int, peers: list[PeerWindow], seed: str
+) -> tuple[list[PeerWindow], list[CopyFinding]]:
+    return check_window(
+        peers, window=window, base=r.model.base, spec=param_spec(r.model.model), cfg=r.cfg.check,
+        archive=r.archive.put, seen_before=lambda digests: r.ledger.seen_before(digests, window),
+        secret_seed=seed,
+    )  # fmt: skip
 
 
 def _evaluate(

@@ -7,6 +7,7 @@ via `*_FILE` variables. Invalid values fail at start with a message that names t
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -124,6 +125,16 @@ class Settings(BaseSettings):
         for key in ("database_url", "redis_url", "archive_url"):
             out[key] = _mask_url(out[key])
         return out
+
+
+def to_toml(settings: Settings) -> str:
+    """A TOML file that `GAUNTLET_CONFIG` can load again (secrets and unset values left out)."""
+    lines = []
+    for key, value in settings.model_dump(mode="json").items():
+        if value is None or key == "validator_secret":
+            continue
+        lines.append(f"{key} = {json.dumps(value)}")  # JSON scalars and string lists are valid TOML
+    return "\n".join(lines) + "\n"
 
 
 def _mask_url(url: str | None) -> str | None:

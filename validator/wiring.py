@@ -81,6 +81,16 @@ def load_model(s: Settings, dataset: Dataset) -> LlamaModel:
     return build_model(ModelConfig.tiny(vocab_size=dataset.manifest.vocab_size), seed=s.model_seed)
 
 
+def open_ledger(s: Settings) -> Ledger:
+    """Storage for the validator: the database (migrated to head), the archive and checkpoints."""
+    engine = make_engine(s.database_url)
+    migrate.upgrade(engine)
+    blobs = LocalBlobStore(Path(s.workdir) / "blobs")
+    retention = s.archive_retention_windows or None
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=retention))
+    return Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
+
+
 def build_round(
     s: Settings,
     chain: Chain,
@@ -94,12 +104,8 @@ def build_round(
     metrics: Metrics | None = None,
 ) -> Round:
     """Connect storage (migrating it), restore the model and ratings, and join the stages."""
-    engine = make_engine(s.database_url)
-    migrate.upgrade(engine)
-    blobs = LocalBlobStore(Path(s.workdir) / "blobs")
-    retention = s.archive_retention_windows or None
-    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=retention))
-    ledger = Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
+    ledger = open_ledger(s)
+    engine = ledger.engine
     cfg = round_config(s)
     gm, ratings = ledger.restore(model, start_window=start_window, outer_lr=s.outer_lr, codec=cfg.check.codec)
     redis = connect(s.redis_url)
@@ -117,6 +123,6 @@ def build_round(
     fetcher = Fetcher(FetchConfig(max_bytes=cap, put_window_s=s.put_window_s, grace_s=s.put_grace_s))
     return Round(
         chain=chain, fetcher=fetcher, locations=locations, dataset=dataset, model=gm, ratings=ratings,
-        ledger=ledger, archive=archive, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
+        ledger=ledger, archive=ledger.archive, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
         events=events, metrics=metrics, hook=hook or no_hook,
     )  # fmt: skip

@@ -115,6 +115,16 @@ def _resign(ctx: PeerContext, tensors: Mapping[str, np.ndarray]) -> bytes:
     return safetensors.numpy.save(dict(tensors), metadata=meta)
 
 
+def _first_loadable(files: list[bytes]) -> dict[str, np.ndarray] | None:
+    """The first file that parses (a copier skips the garbage other cheaters upload)."""
+    for data in files:
+        try:
+            return dict(safetensors.numpy.load(data))
+        except safetensors.SafetensorError:
+            continue
+    return None
+
+
 @dataclass(frozen=True)
 class Copycat:
     """Takes another peer's fresh submission, perturbs some codes so the digest differs, re-signs it."""
@@ -124,10 +134,10 @@ class Copycat:
     perturb: float = 0.1
 
     def submit(self, ctx: PeerContext) -> Submission | None:
-        victims = sorted(h for h in ctx.published if h != ctx.hotkey)
-        if not victims:
+        # the first peer to publish (peers publish by uid): a copier wants the freshest real work
+        tensors = _first_loadable([data for h, data in ctx.published.items() if h != ctx.hotkey])
+        if tensors is None:
             return None
-        tensors = dict(safetensors.numpy.load(ctx.published[victims[0]]))
         rng = np.random.default_rng(ctx.window)
         for name in [n for n in tensors if n.endswith(".val")]:
             codes = tensors[name].copy()

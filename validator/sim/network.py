@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 import torch
 
 from scoring.model import LlamaModel
@@ -16,6 +17,8 @@ from validator.commitments import StorageLocation
 from validator.local_chain import LocalChain
 from validator.objstore import object_key, publish
 from validator.sim.context import Behaviour, PeerContext, PeerTools
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -68,7 +71,11 @@ class SimNetwork:
                 window=window, uid=p.uid, signer=p.signer, base=base, model=model,
                 published=dict(published), last_aggregate=last_aggregate, tools=self.tools, memory=p.memory,
             )  # fmt: skip
-            sub = p.behaviour.submit(ctx)
+            try:
+                sub = p.behaviour.submit(ctx)
+            except Exception:  # a simulated peer (maybe a plugin) failing is that peer's miss, not ours
+                log.exception("peer_behaviour_failed", uid=p.uid, behaviour=p.behaviour.name)
+                sub = None
             done[p.hotkey] = sub is not None
             if sub is None:
                 continue

@@ -1,0 +1,95 @@
+"""The demo's scenario with every adversary, end to end through the real round loop (SQLite)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from scoring.types import Reason
+from tests.e2e_fixtures import FIRST, WINDOWS, ScenarioRun
+
+ADVERSARIES = {"lazy", "copycat", "replay", "noise", "scaled", "stale", "late", "malformed", "free_rider"}
+# DemoConfig's BMA warm-up is 3 evaluations; peers that start later (free_rider) need one more window.
+SETTLED = range(FIRST + WINDOWS - 2, FIRST + WINDOWS)
+
+
+@pytest.fixture
+def scenario(full_scenario: ScenarioRun) -> ScenarioRun:
+    return full_scenario
+
+
+def _by_behaviour(run: ScenarioRun, index: int) -> dict[str, list[tuple[str, str | None]]]:
+    behaviour = run.behaviour()
+    out: dict[str, list[tuple[str, str | None]]] = {}
+    for p in run.reports[index].peers:
+        out.setdefault(behaviour[p.hotkey], []).append((p.status, p.reason))
+    return out
+
+
+def test_every_invalid_submission_has_its_reason(scenario: ScenarioRun) -> None:
+    for i, window in enumerate(range(FIRST, FIRST + WINDOWS)):
+        seen = _by_behaviour(scenario, i)
+        assert all(s == ("ok", None) for s in seen["honest"] + seen["lazy"] + seen["noise"]), seen
+        assert seen["copycat"][0] in (("invalid", Reason.COPY), ("invalid", Reason.DUPLICATE_PAYLOAD))
+        assert seen["scaled"][0] == ("invalid", Reason.NORM_OUTLIER)
+        assert seen["late"][0] == ("late", Reason.LATE)
+        assert seen["malformed"][0][0] == "invalid"
+        assert seen["malformed"][0][1] in (Reason.NOT_SAFETENSORS, Reason.BAD_HEADER, Reason.NON_FINITE)
+        if window > FIRST:  # in their first window these two have nothing old to send
+            assert seen["replay"][0] == ("invalid", Reason.WRONG_WINDOW)
+            assert seen["stale"][0] == ("invalid", Reason.STALE_BASE)
+            assert seen["free_rider"][0] == ("ok", None)
+        else:
+            assert seen["free_rider"][0] == ("missing", Reason.MISSING)
+
+
+def test_after_warm_up_honest_peers_rank_first_and_alone_are_aggregated(scenario: ScenarioRun) -> None:
+    behaviour = scenario.behaviour()
+    finals = {h: r.final for h, r in scenario.runner.round.ratings.peers.items()}
+    honest = [finals[h] for h, b in behaviour.items() if b == "honest"]
+    cheats = [finals.get(h, 0.0) for h, b in behaviour.items() if b in ADVERSARIES]
+    assert min(honest) > 0.0
+    assert min(honest) > max(cheats), (honest, cheats)
+    for window in SETTLED:
+        report = scenario.reports[window - FIRST]
+        chosen = {behaviour[h] for h in report.selection.gather}
+        assert chosen and chosen <= {"honest"}, (window, chosen)
+
+
+def test_the_global_model_improves_every_window(scenario: ScenarioRun) -> None:
+    losses = scenario.losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_weights_follow_the_ranking(scenario: ScenarioRun) -> None:
+    sets = scenario.runner.chain.weight_sets()
+    assert sets, "weights are set every window in the demo"
+    last = sets[-1].weights
+    behaviour = scenario.behaviour()
+    uid_of = {p.uid: p.hotkey for p in scenario.runner.network.peers}
+    paid = {behaviour[uid_of[u]] for u, w in last.items() if w > 0 and u in uid_of}
+    assert paid == {"honest"}, paid
+
+
+def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> None:
+    from validator.replay import replay_window
+    from validator.wiring import load_model, round_config
+
+    runner = scenario.runner
+    window = FIRST + 2
+    rows = replay_window(
+        window, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        dataset=runner.dataset, cfg=round_config(runner.settings),
+    )  # fmt: skip
+    assert len(rows) == len(runner.network.peers)
+    assert [r.hotkey for r in rows if r.differences(0.0)] == []
+    assert any(r.stored["score"] is not None for r in rows)
+
+
+def test_workdir_has_everything_replay_needs(scenario: ScenarioRun) -> None:
+    workdir = Path(scenario.runner.cfg.workdir)
+    assert (workdir / "gauntlet.toml").is_file()
+    assert (workdir / "gauntlet.db").is_file()

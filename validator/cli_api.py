@@ -1,0 +1,41 @@
+"""`gauntlet api`, and the API thread the demo runs beside its windows."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from api.app import build_server, serve
+from api.settings import ApiConfig
+from validator.settings import Settings
+
+
+def api_config(s: Settings) -> ApiConfig:
+    return ApiConfig(
+        database_url=s.database_url,
+        redis_url=s.redis_url,
+        cors_origins=tuple(s.cors_origins),
+        rate_limit_per_minute=s.rate_limit_per_minute,
+    )
+
+
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (default GAUNTLET_API_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default GAUNTLET_API_PORT)")] = None,
+) -> None:
+    """Serve the read-only REST API, live events, metrics and the dashboard."""
+    from validator.cli_ops import load_settings
+
+    s = load_settings()
+    serve(api_config(s), host or s.api_host, port or s.api_port)
+
+
+def serve_in_thread(s: Settings, host: str, port: int) -> tuple[uvicorn.Server, threading.Thread]:
+    """The API in a daemon thread; set `server.should_exit = True` to stop it."""
+    server = build_server(api_config(s), host, port)
+    thread = threading.Thread(target=server.run, name="gauntlet-api", daemon=True)
+    thread.start()
+    return server, thread

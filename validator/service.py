@@ -1,0 +1,77 @@
+"""`gauntlet run`: the long-running validator beside a subnet.
+
+Each window is scored once its put window has closed. A round that raises is logged, counted and
+retried from storage (the model and ratings are rebuilt from what was committed), never fatal.
+SIGTERM lets the current window finish, then releases the leader lock and exits.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from validator.chain import BLOCK_SECONDS
+from validator.round import Round, run_window
+
+log = structlog.get_logger(__name__)
+
+
+def ready_block(r: Round, window: int, put_window_s: float, grace_s: float) -> int:
+    """The first block at which every on-time submission for `window` must be visible."""
+    return r.cfg.window.first_block(window + 1) + math.ceil((put_window_s + grace_s) / BLOCK_SECONDS) + 1
+
+
+def install_sigterm(stop: threading.Event) -> None:
+    def handler(signum: int, frame: object) -> None:
+        log.info("stopping", signal=signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def serve(
+    r: Round,
+    *,
+    stop: threading.Event,
+    reconnect: Callable[[], Round],
+    put_window_s: float,
+    grace_s: float,
+    max_windows: int | None = None,
+    retry_s: float = 5.0,
+) -> int:
+    """Score windows until stopped; returns how many windows were committed."""
+    committed = 0
+    while not stop.is_set() and (max_windows is None or committed < max_windows):
+        window = r.model.window
+        try:
+            r.chain.wait_for_block(ready_block(r, window, put_window_s, grace_s), timeout=60.0)
+        except TimeoutError:
+            continue
+        try:
+            report = run_window(r, window)
+            committed += 1
+            log.info(
+                "window_committed", window=window, selected=len(report.selection.gather), **report.timings
+            )
+        except Exception:  # the round boundary: record, rebuild from storage, try the window again
+            log.exception("round_failed", window=window)
+            r.metrics.failures.inc()
+            stop.wait(retry_s)
+            r = _reconnect(reconnect, stop, retry_s) or r
+    r.weigher.lock.release()
+    return committed
+
+
+def _reconnect(reconnect: Callable[[], Round], stop: threading.Event, retry_s: float) -> Round | None:
+    while not stop.is_set():
+        try:
+            return reconnect()
+        except Exception:  # storage may still be down: keep trying with a pause
+            log.exception("reconnect_failed")
+            stop.wait(retry_s)
+    return None
