@@ -19,6 +19,9 @@ def test_checkpoint_fingerprint_sees_one_bit() -> None:
     a = {"w": torch.zeros(3, 4), "b": torch.ones(2)}
     b = {"b": torch.ones(2), "w": torch.zeros(3, 4)}
     assert checkpoint_fingerprint(a) == checkpoint_fingerprint(b)
-    c = {"w": torch.zeros(3, 4), "b": torch.tensor([1.0, torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))])}
+    c = {
+        "w": torch.zeros(3, 4),
+        "b": torch.tensor([1.0, torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))]),
+    }
     assert checkpoint_fingerprint(a) != checkpoint_fingerprint(c)
     assert checkpoint_fingerprint({"w": torch.zeros(12)}) != checkpoint_fingerprint({"w": torch.zeros(3, 4)})

@@ -61,6 +61,7 @@ def upgrade() -> None:
         sa.Column("start_block", sa.BigInteger(), nullable=True),
         sa.Column("timings", sa.JSON(), nullable=False),
         sa.Column("aggregate_digests", sa.JSON(), nullable=False),
+        sa.Column("clip_reference", sa.JSON(), nullable=False),
         sa.Column("opened_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("committed_at", sa.DateTime(timezone=True), nullable=True),
         sa.CheckConstraint("state IN ('open', 'scored', 'committed')", name=op.f("ck_windows_state")),
