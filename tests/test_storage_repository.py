@@ -17,6 +17,8 @@ from storage.queries import (
     load_ratings,
     peer_history,
     peer_summary,
+    ratings_at,
+    seen_payload_digests,
     selection,
     weight_sets,
     window_detail,
@@ -170,3 +172,39 @@ def test_records_validate() -> None:
         WeightSetRecord(1, None, [1], [], "ok")
     with pytest.raises(ValueError, match="duplicate"):
         dataclasses.replace(make_window(1), ratings=list(make_window(1).ratings) * 2)
+
+
+def test_clip_reference_round_trips_bit_exact(engine: Engine) -> None:
+    reference = {"model.embed_tokens.weight": 0.1 / 3, "model.norm.weight": 1e-300}
+    record = dataclasses.replace(make_window(4), clip_reference=reference)
+    with session_scope(engine) as s:
+        commit_window(session=s, record=record)
+    with session_scope(engine) as s:
+        got = window_detail(session=s, window=4)
+    assert got is not None and dict(got.clip_reference) == reference
+
+
+def test_ratings_at_is_exactly_one_windows_state(engine: Engine) -> None:
+    first, second = make_window(5), make_window(6, n_peers=5)
+    with session_scope(engine) as s:
+        commit_window(session=s, record=first)
+        commit_window(session=s, record=second)
+    with session_scope(engine) as s:
+        at5, at6 = ratings_at(session=s, window=5), ratings_at(session=s, window=6)
+        assert ratings_at(session=s, window=7) == {}
+    assert at5 == {r.hotkey: r for r in first.ratings}
+    assert at6 == {r.hotkey: r for r in second.ratings}  # peers dropped after 5 are not resurrected
+
+
+def test_seen_payload_digests_finds_only_earlier_windows(engine: Engine) -> None:
+    first, second = make_window(5), make_window(6)
+    with session_scope(engine) as s:
+        commit_window(session=s, record=first)
+        commit_window(session=s, record=second)
+    old = first.submissions[0].payload_digest
+    new = second.submissions[0].payload_digest
+    assert old is not None and new is not None
+    with session_scope(engine) as s:
+        assert seen_payload_digests(session=s, digests=[old, new, "f" * 64], before_window=6) == {old}
+        assert seen_payload_digests(session=s, digests=[old], before_window=5) == set()
+        assert seen_payload_digests(session=s, digests=[], before_window=9) == set()
