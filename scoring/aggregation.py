@@ -39,7 +39,7 @@ def aggregate_into(
     with torch.no_grad():
         for name, param in params.items():
             mean = _mean_update(name, param.numel(), updates, factors)
-            param.view(-1).add_(mean.to(param.dtype), alpha=-outer_lr)
+            param.view(-1).add_(mean.to(param.device, param.dtype), alpha=-outer_lr)
             norms[name] = float(torch.linalg.vector_norm(mean))
     return norms
 

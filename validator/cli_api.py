@@ -19,6 +19,7 @@ def api_config(s: Settings) -> ApiConfig:
         redis_url=s.redis_url,
         cors_origins=tuple(s.cors_origins),
         rate_limit_per_minute=s.rate_limit_per_minute,
+        max_commit_age_s=s.api_max_commit_age_s,
     )
 
 

@@ -8,13 +8,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
+from prometheus_client import start_http_server
+from sqlalchemy.exc import SQLAlchemyError
 
 from scoring.data import Dataset
+from scoring.signing import Signer, dev_keypair
 from storage import migrate
 from validator.chain import Chain, WindowConfig
 from validator.commitments import LocationPolicy
 from validator.logs import configure_logging
+from validator.metrics import Metrics
 from validator.round import Round
 from validator.service import install_sigterm, serve
 from validator.settings import Settings
@@ -28,7 +31,7 @@ def load_settings() -> Settings:
     """Settings from the environment and GAUNTLET_CONFIG; a bad value names its field and exits 1."""
     try:
         return Settings()
-    except ValidationError as e:
+    except ValueError as e:  # pydantic's ValidationError included: it names the field
         typer.echo(f"invalid configuration:\n{e}", err=True)
         raise typer.Exit(1) from None
 
@@ -37,11 +40,13 @@ def load_settings() -> Settings:
 def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     """Apply migrations to GAUNTLET_DATABASE_URL."""
     s = load_settings()
-    migrate.upgrade(s.database_url, revision)
+    try:
+        migrate.upgrade(s.database_url, revision)
+    except SQLAlchemyError as e:
+        typer.echo(f"cannot migrate {s.masked()['database_url']}: {type(e).__name__}: {e}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(
-        json.dumps(
-            {"database": Settings.masked(s)["database_url"], "revision": migrate.current(s.database_url)}
-        )
+        json.dumps({"database": s.masked()["database_url"], "revision": migrate.current(s.database_url)})
     )
 
 
@@ -58,7 +63,7 @@ def config_show() -> None:
     typer.echo(json.dumps(load_settings().masked(), indent=2, sort_keys=True))
 
 
-def _chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy]:
+def _chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
     if s.chain == "subtensor":
         from validator.subtensor_chain import SubtensorChain, SubtensorChainConfig
 
@@ -68,11 +73,12 @@ def _chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy]:
                 wallet_path=str(s.wallet_path) if s.wallet_path else None,
             )
         )  # fmt: skip
-        return sub, sub.hotkey, LocationPolicy()
+        return sub, sub.hotkey, LocationPolicy(), sub.signer
     from validator.local_chain import LocalChain, LocalChainConfig
 
+    signer = dev_keypair("//gauntlet-local-validator")
     local = LocalChain(LocalChainConfig(Path(s.workdir) / "chain.sqlite", auto_advance=False))
-    return local, None, LocationPolicy.local()
+    return local, None, LocationPolicy.local(), signer
 
 
 def run(
@@ -89,13 +95,16 @@ def run(
         )
         raise typer.Exit(1)
     dataset = Dataset.open(s.dataset_path, seq_len=s.seq_len)
-    chain, hotkey, locations = _chain(s)
+    chain, hotkey, locations, signer = _chain(s)
+    metrics = Metrics()
+    if s.metrics_port is not None:
+        start_http_server(s.metrics_port, addr=s.api_host, registry=metrics.registry)
     start = max(WindowConfig(s.blocks_per_window).window_of(chain.block()) - 1, 0)
 
     def connect() -> Round:
         return build_round(
             s, chain, dataset=dataset, model=load_model(s, dataset), start_window=start,
-            validator_hotkey=hotkey, locations=locations,
+            validator_hotkey=hotkey, locations=locations, metrics=metrics, signer=signer,
         )  # fmt: skip
 
     stop = threading.Event()

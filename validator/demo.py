@@ -60,6 +60,7 @@ def demo_settings(workdir: Path) -> Settings:
         "heldout_pages": 16, "batch_size": 8, "eval_lr_factor": 0.08, "outer_lr": 1.0,
         "checkpoint_every": 1, "gather_peers": 20, "reserve_peers": 10, "bma_warmup": 3,
         "windows_per_weights": 1, "fetch_deadline_s": 30.0,
+        "selection_location": f"file://{(workdir / 'stores' / 'validator').resolve()}",
     }  # fmt: skip
     # explicit GAUNTLET_ variables still win over the demo's defaults
     return Settings(**{k: v for k, v in defaults.items() if f"GAUNTLET_{k.upper()}" not in env})
@@ -103,7 +104,7 @@ class DemoRunner:
         return build_round(
             self.settings, self.chain, dataset=self.dataset, model=load_model(self.settings, self.dataset),
             start_window=1, validator_hotkey=self.validator_hotkey, locations=LocationPolicy.local(),
-            hook=self.hook,
+            hook=self.hook, signer=dev_keypair(VALIDATOR_URI),
         )  # fmt: skip
 
     @property

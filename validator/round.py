@@ -29,6 +29,7 @@ from validator.metrics import Metrics, StageTimer
 from validator.objstore import Fetcher, object_key
 from validator.outcomes import PeerWindow
 from validator.policy import PolicyConfig, rate_window, select_window
+from validator.publishing import SelectionPublisher, selection_document
 from validator.recording import window_record
 from validator.weighing import Weigher
 
@@ -76,6 +77,7 @@ class Round:
     validator_hotkey: str | None = None
     events: Events = field(default_factory=NullEvents)
     metrics: Metrics = field(default_factory=Metrics)
+    publisher: SelectionPublisher = field(default_factory=SelectionPublisher)
     hook: Callable[[str, int], None] = no_hook  # called after each stage; tests inject crashes here
     seconds_per_eval: float = 0.1  # running estimate that sizes the evaluation budget
 
@@ -117,6 +119,12 @@ def run_window(r: Round, window: int) -> WindowReport:
         r.ratings = ratings
         r.ledger.maybe_checkpoint(r.model)
     r.hook("aggregate", window)
+    with timer("publish"):
+        r.publisher.publish(
+            selection_document(
+                window, record.base_fingerprint, r.model.base, peers, selection.gather, selection.reserve
+            )
+        )
     with timer("weights"):
         r.weigher.maybe_set(window, ratings)
     _report_metrics(r, peers)

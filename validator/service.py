@@ -49,7 +49,7 @@ def serve(
     while not stop.is_set() and (max_windows is None or committed < max_windows):
         window = r.model.window
         try:
-            r.chain.wait_for_block(ready_block(r, window, put_window_s, grace_s), timeout=60.0)
+            r.chain.wait_for_block(ready_block(r, window, put_window_s, grace_s), timeout=5.0)
         except TimeoutError:
             continue
         try:

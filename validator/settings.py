@@ -32,6 +32,8 @@ class Settings(BaseSettings):
     redis_url: str | None = "redis://127.0.0.1:6379/0"
     archive_url: str | None = None  # None: a folder under workdir; else an S3 URL (commitment syntax)
     archive_retention_windows: int = Field(default=0, ge=0)  # 0 keeps everything
+    selection_location: str | None = None  # where the signed selection is published (commitment syntax)
+    metrics_port: int | None = Field(default=9108, ge=1, le=65535)  # Prometheus for `gauntlet run`
 
     # the chain
     chain: Literal["local", "subtensor"] = "local"
@@ -77,7 +79,8 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8000, ge=1, le=65535)
     cors_origins: list[str] = []
-    rate_limit_per_minute: int = Field(default=600, ge=1)
+    rate_limit_per_minute: int = Field(default=600, ge=0)  # 0 turns the limit off
+    api_max_commit_age_s: float | None = Field(default=None, gt=0)  # /readyz fails past this age
 
     @classmethod
     def settings_customise_sources(
@@ -91,16 +94,19 @@ class Settings(BaseSettings):
         toml = os.environ.get("GAUNTLET_CONFIG")
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings, file_secret_settings]
         if toml:
+            if not Path(toml).is_file():  # a typo must not silently start with the defaults
+                raise ValueError(f"GAUNTLET_CONFIG: no such file {toml}")
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml)))
         return tuple(sources)
 
     @model_validator(mode="before")
     @classmethod
     def _secret_files(cls, data: Any) -> Any:
-        """`GAUNTLET_VALIDATOR_SECRET_FILE=/run/secrets/x` reads the secret from a file."""
-        path = os.environ.get("GAUNTLET_VALIDATOR_SECRET_FILE")
-        if path and isinstance(data, dict):
-            data = {**data, "validator_secret": Path(path).read_text().strip()}
+        """`GAUNTLET_VALIDATOR_SECRET_FILE` / `GAUNTLET_DATABASE_URL_FILE` read secrets from files."""
+        for field in ("validator_secret", "database_url"):
+            path = os.environ.get(f"GAUNTLET_{field.upper()}_FILE")
+            if path and isinstance(data, dict):
+                data = {**data, field: Path(path).read_text().strip()}
         return data
 
     @field_validator("database_url")

@@ -55,6 +55,7 @@ class SubtensorChain:
         self._wallet: Any = wallet if wallet is not None else open_wallet(config)
         # Read the hotkey now so a missing or unreadable key fails at startup, not at weight time.
         self.hotkey: str = str(self._wallet.hotkey.ss58_address)
+        self.signer: Any = self._wallet.hotkey  # a Keypair: signs the published selection
 
     def block(self) -> int:
         return int(self._client.block)

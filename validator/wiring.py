@@ -11,24 +11,26 @@ from pathlib import Path
 from scoring.checkpoint import load_checkpoint
 from scoring.data import Dataset
 from scoring.loss_score import LossScoreConfig
-from scoring.model import LlamaModel, ModelConfig, build_model, param_spec
+from scoring.model import LlamaModel, ModelConfig, build_model, param_spec, select_device
 from scoring.ranking import RatingConfig
 from scoring.selection import SelectionConfig
+from scoring.signing import Signer
 from scoring.weights import PowerWeights, PowerWeightsConfig, RankWeights, RankWeightsConfig, WeightPolicy
 from scoring.wire import CodecConfig, max_submission_bytes
 from storage import migrate
-from storage.archive import ArchiveConfig, LocalBlobStore, SubmissionArchive
+from storage.archive import ArchiveConfig, BlobStore, LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from storage.db import make_engine, run_in_transaction
 from storage.writer import record_weight_set
 from validator.chain import Chain, WindowConfig
 from validator.checking import CheckConfig
-from validator.commitments import LocationPolicy
+from validator.commitments import LocationPolicy, parse_location
 from validator.evaluation import EvalConfig
 from validator.events import LeaderLock, NullEvents, RedisEvents, connect
 from validator.ledger import Ledger
 from validator.metrics import Metrics
-from validator.objstore import FetchConfig, Fetcher
+from validator.objstore import FetchConfig, Fetcher, open_store
 from validator.policy import PolicyConfig
+from validator.publishing import SelectionPublisher
 from validator.round import Round, RoundConfig, no_hook
 from validator.settings import Settings
 from validator.weighing import Weigher
@@ -76,16 +78,36 @@ def weight_policy(s: Settings) -> WeightPolicy:
 
 
 def load_model(s: Settings, dataset: Dataset) -> LlamaModel:
+    """The global model on the configured device (CUDA when present and `device=auto`), fp32."""
+    device = select_device(s.device)
     if s.model_path is not None:
-        return load_checkpoint(s.model_path)
-    return build_model(ModelConfig.tiny(vocab_size=dataset.manifest.vocab_size), seed=s.model_seed)
+        return load_checkpoint(s.model_path, device=device)
+    return build_model(
+        ModelConfig.tiny(vocab_size=dataset.manifest.vocab_size), seed=s.model_seed, device=device
+    )
+
+
+def publisher(s: Settings, signer: Signer | None) -> SelectionPublisher:
+    if s.selection_location is None:
+        return SelectionPublisher()
+    return SelectionPublisher(parse_location(s.selection_location, LocationPolicy.local()), signer)
+
+
+def blob_store(s: Settings) -> BlobStore:
+    """Archive and checkpoints: a folder under the workdir, or the S3 bucket of `archive_url`."""
+    if s.archive_url is None:
+        return LocalBlobStore(Path(s.workdir) / "blobs")
+    loc = parse_location(s.archive_url, LocationPolicy.local())
+    if loc.is_file:
+        return LocalBlobStore(loc.path)
+    return ObjectBlobStore(open_store(loc))
 
 
 def open_ledger(s: Settings) -> Ledger:
     """Storage for the validator: the database (migrated to head), the archive and checkpoints."""
     engine = make_engine(s.database_url)
     migrate.upgrade(engine)
-    blobs = LocalBlobStore(Path(s.workdir) / "blobs")
+    blobs = blob_store(s)
     retention = s.archive_retention_windows or None
     archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=retention))
     return Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
@@ -102,6 +124,7 @@ def build_round(
     locations: LocationPolicy,
     hook: Callable[[str, int], None] | None = None,
     metrics: Metrics | None = None,
+    signer: Signer | None = None,
 ) -> Round:
     """Connect storage (migrating it), restore the model and ratings, and join the stages."""
     ledger = open_ledger(s)
@@ -124,5 +147,5 @@ def build_round(
     return Round(
         chain=chain, fetcher=fetcher, locations=locations, dataset=dataset, model=gm, ratings=ratings,
         ledger=ledger, archive=ledger.archive, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
-        events=events, metrics=metrics, hook=hook or no_hook,
+        events=events, metrics=metrics, hook=hook or no_hook, publisher=publisher(s, signer),
     )  # fmt: skip
