@@ -27,7 +27,7 @@ UNITS = ("gauntlet-migrate", "gauntlet-validator", "gauntlet-api")
 # GAUNTLET_ variables that are not fields: the TOML path and the secret file.
 NON_FIELD_VARS = {"GAUNTLET_CONFIG", "GAUNTLET_VALIDATOR_SECRET_FILE"}
 # Fields the sample leaves commented out: TOML has no null, and these default to None.
-COMMENTED_FIELDS = {"archive_url", "model_path", "burn_uid"}
+COMMENTED_FIELDS = {"archive_url", "model_path", "burn_uid", "selection_location", "api_max_commit_age_s"}
 SECRET = "test-secret-7f3a9c"
 
 
