@@ -1,0 +1,155 @@
+"""The validator's small parts against the real things: Redis lock and events, the signed
+selection, plugins, settings files, and weights that fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from scoring.ranking import PeerRating, RatingState
+from scoring.signing import dev_keypair
+from scoring.weights import RankWeights
+from storage.records import WeightSetRecord
+from validator.chain import WeightOutcome
+from validator.commitments import StorageLocation
+from validator.events import EVENTS_CHANNEL, LeaderLock, RedisEvents, connect
+from validator.metrics import Metrics
+from validator.publishing import SelectionPublisher, selection_key, verify_selection
+from validator.settings import Settings, to_toml
+from validator.sim.behaviours import BUILTIN
+from validator.sim.plugins import load_plugin, parse_peers
+from validator.weighing import Weigher
+
+REDIS = "redis://127.0.0.1:6379/0"
+DEAD_REDIS = "redis://127.0.0.1:1/0"
+
+
+def test_leader_lock_admits_one_holder_and_fails_closed_without_redis() -> None:
+    hotkey = f"test-{uuid.uuid4().hex}"
+    a, b = LeaderLock(connect(REDIS), hotkey, ttl_s=30), LeaderLock(connect(REDIS), hotkey, ttl_s=30)
+    try:
+        assert a.acquire() and a.acquire()  # re-entrant for its holder (extends the TTL)
+        assert not b.acquire()
+        a.release()
+        assert b.acquire()
+    finally:
+        a.release()
+        b.release()
+    assert not LeaderLock(connect(DEAD_REDIS), hotkey).acquire()
+    assert LeaderLock(None, hotkey).acquire()  # no Redis configured: one process by declaration
+
+
+def test_events_reach_subscribers_and_a_dead_redis_is_harmless() -> None:
+    client = connect(REDIS)
+    assert client is not None
+    sub = client.pubsub()
+    sub.subscribe(EVENTS_CHANNEL)
+    try:
+        assert sub.get_message(timeout=2.0) is not None  # the subscribe confirmation
+        RedisEvents(client).publish("window_committed", 42, selected=["a"])
+        message = None
+        deadline = time.monotonic() + 5
+        while message is None and time.monotonic() < deadline:
+            message = sub.get_message(timeout=1.0)
+        assert message is not None
+        body = json.loads(message["data"])
+        assert body["type"] == "window_committed" and body["window"] == 42 and body["selected"] == ["a"]
+    finally:
+        sub.close()
+    dead = connect(DEAD_REDIS)
+    assert dead is not None
+    RedisEvents(dead).publish("window_opened", 1)  # logged and dropped, never raised
+    with pytest.raises(redis.RedisError):
+        dead.ping()
+
+
+def test_selection_is_published_signed_and_verifiable(tmp_path: Path) -> None:
+    location = StorageLocation(scheme="file", path=str(tmp_path))
+    key = dev_keypair("//validator-under-test")
+    doc = {
+        "format": "gauntlet/selection/1",
+        "window": 9,
+        "base": "ab",
+        "next_base": "cd",
+        "gather": [],
+        "reserve": [],
+    }
+    assert SelectionPublisher(location, key).publish(doc)
+    payload = (tmp_path / selection_key(9)).read_bytes()
+    assert verify_selection(payload)
+    forged = json.loads(payload)
+    forged["selection"]["window"] = 10
+    assert not verify_selection(json.dumps(forged).encode())
+    assert not verify_selection(b"not json")
+    assert not SelectionPublisher().publish(doc)  # nowhere configured: nothing published
+
+
+def test_plugins_define_new_behaviours(tmp_path: Path) -> None:
+    plugin = tmp_path / "sleepy.py"
+    plugin.write_text(
+        "class Sleepy:\n    name = 'sleepy'\n    order = 0\n\n"
+        "    def submit(self, ctx):\n        return None\n\n"
+        "BEHAVIOURS = [Sleepy()]\n"
+    )
+    known = dict(BUILTIN) | load_plugin(plugin)
+    peers = parse_peers("honest:2,sleepy:1", known)
+    assert [p.name for p in peers] == ["honest", "honest", "sleepy"]
+    with pytest.raises(ValueError, match="unknown behaviour"):
+        parse_peers("honest:1,teleporter:1", known)
+    empty = tmp_path / "empty.py"
+    empty.write_text("BEHAVIOURS = []\n")
+    with pytest.raises(ValueError, match="BEHAVIOURS"):
+        load_plugin(empty)
+
+
+def test_settings_round_trip_through_toml_and_secret_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k in [k for k in os.environ if k.startswith("GAUNTLET_")]:
+        monkeypatch.delenv(k)
+    original = Settings(netuid=7, blocks_per_window=10, cors_origins=["http://a.example"])
+    path = tmp_path / "g.toml"
+    path.write_text(to_toml(original))
+    secret = tmp_path / "secret"
+    secret.write_text("s3cr3t-value\n")
+    monkeypatch.setenv("GAUNTLET_CONFIG", str(path))
+    monkeypatch.setenv("GAUNTLET_VALIDATOR_SECRET_FILE", str(secret))
+    monkeypatch.setenv("GAUNTLET_BLOCKS_PER_WINDOW", "12")  # the environment wins over the file
+    loaded = Settings()
+    assert (
+        loaded.netuid == 7 and loaded.cors_origins == ["http://a.example"] and loaded.blocks_per_window == 12
+    )
+    assert loaded.validator_secret.get_secret_value() == "s3cr3t-value"
+    assert "s3cr3t" not in json.dumps(loaded.masked())
+
+
+class _Chain:
+    def __init__(self, fail: int) -> None:
+        self.fail, self.calls = fail, 0
+
+    def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise ConnectionError("chain unreachable")
+        return WeightOutcome(True, "included", 100 + self.calls)
+
+
+def test_failed_weights_are_recorded_and_retried_next_window() -> None:
+    chain, records = _Chain(fail=1), []
+    weigher = Weigher(chain, RankWeights(), LeaderLock(None, "v"), records.append, every=3, metrics=Metrics())  # type: ignore[arg-type]
+    state = RatingState({"h": PeerRating("h", 4, 30.0, 1.0, bma=0.5, final=2.0)}, 3)
+    assert weigher.maybe_set(1, state) is None  # not due
+    first = weigher.maybe_set(3, state)
+    assert first is not None and first.outcome == "failed" and "unreachable" in (first.error or "")
+    second = weigher.maybe_set(4, state)  # retried although window 4 is not a weight window
+    assert second is not None and second.outcome == "ok" and list(second.uids) == [4]
+    assert weigher.maybe_set(5, state) is None
+    assert [r.outcome for r in records] == ["failed", "ok"] and all(
+        isinstance(r, WeightSetRecord) for r in records
+    )
