@@ -7,11 +7,13 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.codec_fixtures import SPEC, make_file
+from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,8 +87,23 @@ def test_sample_encodes_and_inspects(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0 and lines[-1]["ok"] is True and lines[-1]["ratio_vs_fp32"] > 100
 
 
-def test_the_readme_demo_command_ends_with_its_json_summary(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")}
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The demo's own SQLite file, or a throwaway Postgres database via GAUNTLET_DATABASE_URL."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    name = create_pg_database()
+    try:
+        yield {"GAUNTLET_DATABASE_URL": PG_URL.format(name=name)}
+    finally:
+        drop_pg_database(name)
+
+
+def test_the_readme_demo_command_ends_with_its_json_summary(
+    tmp_path: Path, database_env: dict[str, str]
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | database_env
     result = subprocess.run(
         [str(Path(sys.executable).parent / "gauntlet"), "demo", "--no-api", "--json", "--windows", "2",
          "--peers", "honest:2,malformed:1", "--inner-steps", "3", "--workdir", str(tmp_path / "demo")],
