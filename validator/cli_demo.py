@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from validator.cli_api import serve_in_thread
 from validator.demo import DemoConfig, DemoRunner
@@ -50,10 +52,18 @@ def demo(
     )
     typer.echo(f"window 0 (initial): held-out loss {runner.heldout_loss():.4f}", err=True)
     start = runner.next_window
-    for window in range(start, start + windows):
-        runner.publish(window)
-        report = runner.validate(window)
-        typer.echo(window_line(summary.add(report, runner.heldout_loss()), summary.behaviour), err=True)
+    console = Console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("windows", total=windows)
+        for window in range(start, start + windows):
+            progress.update(task, description=f"window {window}: peers train and upload")
+            runner.publish(window)
+            progress.update(task, description=f"window {window}: the validator scores")
+            report = runner.validate(window)
+            line = window_line(summary.add(report, runner.heldout_loss()), summary.behaviour)
+            progress.console.print(line, soft_wrap=True, markup=False, highlight=False)
+            progress.advance(task)
     result = summary.to_json(runner.round.ratings)
     for line in leaderboard_lines(result["peers"]):
         typer.echo(line, err=True)
