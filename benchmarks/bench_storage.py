@@ -67,7 +67,10 @@ def fill_history(conn: psycopg.Connection[Any], windows: int, peers: int) -> int
         conn,
         'COPY windows ("window", state, base_fingerprint, heldout_seed, config_digest, code_version,'
         " timings, aggregate_digests, clip_reference, opened_at, committed_at) FROM STDIN",
-        [f"{w}\tcommitted\t{w:064x}\ts{w}\tcfg\tbench\t{{}}\t[]\t{{}}\t{now}\t{now}\n" for w in range(windows)],
+        [
+            f"{w}\tcommitted\t{w:064x}\ts{w}\tcfg\tbench\t{{}}\t[]\t{{}}\t{now}\t{now}\n"
+            for w in range(windows)
+        ],
     )
     keys = [hotkey(i) for i in range(peers)]
 

@@ -26,8 +26,12 @@ EXAMPLE_TOML = DEPLOY / "gauntlet.example.toml"
 UNITS = ("gauntlet-migrate", "gauntlet-validator", "gauntlet-api")
 # GAUNTLET_ variables that are not fields: the TOML path and the secret file.
 NON_FIELD_VARS = {"GAUNTLET_CONFIG", "GAUNTLET_VALIDATOR_SECRET_FILE"}
-# Fields the sample leaves commented out: TOML has no null, and these default to None.
-COMMENTED_FIELDS = {"archive_url", "model_path", "burn_uid", "selection_location", "api_max_commit_age_s"}
+# Fields the sample leaves commented out: TOML has no null and these default to None, or (the
+# local chain's dev key) mean nothing on a real subnet.
+COMMENTED_FIELDS = {
+    "archive_url", "model_path", "burn_uid", "selection_location", "api_max_commit_age_s",
+    "local_validator_uri",
+}  # fmt: skip
 SECRET = "test-secret-7f3a9c"
 
 

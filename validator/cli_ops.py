@@ -76,9 +76,10 @@ def _chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
         return sub, sub.hotkey, LocationPolicy(), sub.signer
     from validator.local_chain import LocalChain, LocalChainConfig
 
-    signer = dev_keypair("//gauntlet-local-validator")
-    local = LocalChain(LocalChainConfig(Path(s.workdir) / "chain.sqlite", auto_advance=False))
-    return local, None, LocationPolicy.local(), signer
+    signer = dev_keypair(s.local_validator_uri)  # the demo registers this key as uid 0
+    path = Path(s.workdir) / "chain.sqlite"
+    local = LocalChain(LocalChainConfig(path, validator_hotkey=signer.ss58_address, auto_advance=False))
+    return local, signer.ss58_address, LocationPolicy.local(), signer
 
 
 def run(

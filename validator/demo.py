@@ -30,8 +30,6 @@ from validator.sim.context import Behaviour, PeerTools
 from validator.sim.network import SimNetwork
 from validator.wiring import build_round, load_model
 
-VALIDATOR_URI = "//gauntlet-demo-validator"
-
 
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
@@ -81,7 +79,7 @@ class DemoRunner:
                 corpus, seed=cfg.seed, n_tokens=cfg.corpus_tokens, shard_tokens=cfg.corpus_tokens // 4
             )
         self.dataset = Dataset.open(corpus, seq_len=self.settings.seq_len)
-        self.validator_hotkey = dev_keypair(VALIDATOR_URI).ss58_address
+        self.validator_hotkey = dev_keypair(self.settings.local_validator_uri).ss58_address
         self.chain = LocalChain(
             LocalChainConfig(cfg.workdir / "chain.sqlite", validator_hotkey=self.validator_hotkey)
         )
@@ -104,7 +102,7 @@ class DemoRunner:
         return build_round(
             self.settings, self.chain, dataset=self.dataset, model=load_model(self.settings, self.dataset),
             start_window=1, validator_hotkey=self.validator_hotkey, locations=LocationPolicy.local(),
-            hook=self.hook, signer=dev_keypair(VALIDATOR_URI),
+            hook=self.hook, signer=dev_keypair(self.settings.local_validator_uri),
         )  # fmt: skip
 
     @property

@@ -42,9 +42,13 @@ class RedisEvents:
 class LeaderLock:
     """A Redis lock per hotkey with a TTL: only the holder sets weights."""
 
-    def __init__(self, client: redis.Redis | None, hotkey: str, ttl_s: int = 600) -> None:
+    def __init__(
+        self, client: redis.Redis | None, hotkey: str, ttl_s: int = 600, token: str | None = None
+    ) -> None:
+        """`token` names the holder. A stable one (host and workdir) lets a restarted process take
+        its own lock back at once instead of waiting out the TTL after a crash."""
         self.client, self.key, self.ttl_s = client, f"gauntlet:leader:{hotkey}", ttl_s
-        self.token = uuid.uuid4().hex
+        self.token = token or uuid.uuid4().hex
 
     def acquire(self) -> bool:
         """Take or extend the lock; False when another process holds it or Redis is unreachable."""

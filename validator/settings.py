@@ -42,6 +42,7 @@ class Settings(BaseSettings):
     wallet_name: str = "default"
     wallet_hotkey: str = "default"
     wallet_path: Path | None = None
+    local_validator_uri: str = "//gauntlet-demo-validator"  # dev key of the validator on a local chain
     blocks_per_window: int = Field(default=115, ge=1)
     windows_per_weights: int = Field(default=3, ge=1)
     put_window_s: float = Field(default=70.0, gt=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -134,7 +135,8 @@ def build_round(
     redis = connect(s.redis_url)
     events = RedisEvents(redis) if redis is not None else NullEvents()
     metrics = metrics or Metrics()
-    lock = LeaderLock(redis, validator_hotkey or "local")
+    holder = f"{socket.gethostname()}:{Path(s.workdir).resolve()}"
+    lock = LeaderLock(redis, validator_hotkey or "local", token=hashlib.sha256(holder.encode()).hexdigest())
 
     def record(rec: object) -> None:
         run_in_transaction(engine, lambda session: record_weight_set(session=session, record=rec))  # type: ignore[arg-type]

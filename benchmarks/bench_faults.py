@@ -1,0 +1,137 @@
+"""Faults at scale: `gauntlet run` SIGKILLed and restarted across a localnet run, then one window of
+mostly hostile peers.
+
+    .venv/bin/python benchmarks/bench_faults.py [--quick] [--sqlite]
+
+The kill run compares every committed window with an uninterrupted in-process run of the same
+scenario and counts lost windows and duplicated (hotkey, window) rows; the hostile window reports
+the peak resident set while it is scored. The last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ["HOME"] = tempfile.mkdtemp(prefix="gauntlet-bench-home-")  # bittensor writes under ~
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+from storage.db import make_engine  # noqa: E402
+from tests.fault_fixtures import (  # noqa: E402
+    child_env,
+    duplicate_rows,
+    gauntlet_env,
+    make_runner,
+    records,
+    run_windows,
+    window_states,
+)
+from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, peak_rss_mb, rss_sampled  # noqa: E402
+from tests.kill_fixtures import run_with_kills  # noqa: E402
+from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database  # noqa: E402
+from tests.test_round_restart import comparable  # noqa: E402
+
+
+def kill_run(root: Path, windows: int, kills: int, seed: int, postgres: bool) -> dict[str, object]:
+    span = range(1, windows + 1)
+    with gauntlet_env():
+        reference = make_runner(root / "reference")
+        run_windows(reference, span)
+    name = create_pg_database() if postgres else None
+    url = PG_URL.format(name=name) if name else f"sqlite:///{root / 'killed' / 'gauntlet.db'}"
+    try:
+        with gauntlet_env(database_url=url):
+            runner = make_runner(root / "killed")
+        env = child_env(runner.cfg.workdir, root / "home", {"GAUNTLET_DATABASE_URL": url})
+        report = run_with_kills(runner, env, windows=span, kills=kills, seed=seed)
+        engine = make_engine(url)
+        states, duplicates = window_states(engine), duplicate_rows(engine)
+        engine.dispose()
+        committed = [w for w in span if states.get(w) == "committed"]
+        got = [comparable(r) for r in records(runner, range(1, len(committed) + 1))]
+        want = [comparable(r) for r in records(reference, range(1, len(committed) + 1))]
+        runner.round.ledger.engine.dispose()
+    finally:
+        reference.round.ledger.engine.dispose()
+        if name:
+            drop_pg_database(name)
+    for k in report.kills:
+        print(f"kill in window {k.window} {k.delay_s:.2f} s after connect, window committed: {k.committed}")
+    done = f"{len(committed)}/{windows} windows committed in {report.seconds:.1f} s"
+    print(f"{done}, exit code {report.exit_code}")
+    return {
+        "runs": len(report.kills) + 1,
+        "kills": len(report.kills),
+        "restarts": report.restarts,
+        "kills_before_commit": sum(not k.committed for k in report.kills),
+        "windows_committed": len(committed),
+        "lost_windows": windows - len(committed),
+        "duplicates": duplicates,
+        "windows_equal_to_reference": sum(a == b for a, b in zip(got, want, strict=True)),
+        "kill_run_seconds": round(report.seconds, 2),
+    }
+
+
+def hostile_window(root: Path, mix: HostileMix) -> dict[str, object]:
+    with gauntlet_env():
+        runner = make_runner(root / "hostile", "honest:1")
+    net = HostileNet(runner, mix)
+    runner.publish(1)
+    net.publish(1, hostile=False)
+    runner.validate(1)
+    runner.publish(2)
+    net.publish(2, hostile=True)
+    started = time.perf_counter()
+    with rss_sampled() as rss:
+        report = runner.validate(2)
+    seconds = time.perf_counter() - started
+    runner.round.ledger.engine.dispose()
+    by_hotkey = {p.hotkey: p for p in report.peers}
+    wrong = [p.kind for p in net.peers if p.kind != "honest" and (by_hotkey[p.hotkey].status,
+             by_hotkey[p.hotkey].reason) != EXPECTED[p.kind]]  # fmt: skip
+    scored = sum(by_hotkey[p.hotkey].evaluation is not None for p in net.peers if p.kind == "honest")
+    print(
+        f"hostile window: {mix.peers} peers ({mix.hostile} hostile) scored in {seconds:.1f} s; "
+        f"RSS {rss[0]:.0f} → {rss[1]:.0f} MB; {len(wrong)} hostile with a wrong verdict; "
+        f"{scored}/{mix.peers - mix.hostile} honest-like scored; timings {report.timings}"
+    )
+    return {
+        "hostile_peers": mix.peers,
+        "hostile": mix.hostile,
+        "hostile_wrong_verdicts": len(wrong),
+        "honest_scored": scored,
+        "hostile_window_seconds": round(seconds, 2),
+        "rss_before_hostile_mb": round(rss[0], 1),
+        "peak_rss_mb_hostile": round(rss[1], 1),
+        "peak_rss_mb_process": round(peak_rss_mb(), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="2 windows, 1 kill, 64 hostile-window peers")
+    parser.add_argument("--sqlite", action="store_true", help="SQLite instead of the local Postgres")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    windows, kills = (2, 1) if args.quick else (6, 5)
+    mix = HostileMix(64, 50) if args.quick else HostileMix(256, 200)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
+        out = kill_run(Path(tmp), windows, kills, args.seed, postgres=not args.sqlite)
+        out |= hostile_window(Path(tmp), mix)
+    out["seconds"] = round(time.perf_counter() - started, 2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
