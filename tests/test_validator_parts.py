@@ -153,3 +153,33 @@ def test_failed_weights_are_recorded_and_retried_next_window() -> None:
     assert [r.outcome for r in records] == ["failed", "ok"] and all(
         isinstance(r, WeightSetRecord) for r in records
     )
+
+
+def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -> None:
+    """`on_result` hands each finished download to the decoder thread before the last one ends."""
+    import asyncio
+    import threading
+
+    from tests.codec_fixtures import SPEC, make_file
+    from validator.checking import CheckConfig, EagerDecoder, file_judge
+    from validator.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
+
+    location = StorageLocation(scheme="file", path=str(tmp_path / "store"))
+    hotkeys = [f"peer{i}" for i in range(4)]
+    for i, h in enumerate(hotkeys):
+        asyncio.run(publish(location, object_key(7, h), make_file(i), mtime=1_000.0))
+    threads: set[str] = set()
+    inner = file_judge(window=7, base="ab" * 32, spec=SPEC, cfg=CheckConfig(), archive=lambda data: "d")
+
+    def judge(hotkey: str, uid: int, data: bytes):  # type: ignore[no-untyped-def]
+        threads.add(threading.current_thread().name)
+        return inner(hotkey, uid, data)
+
+    eager = EagerDecoder(judge, {h: 3 for h in hotkeys})
+    requests = [FetchRequest(h, location, object_key(7, h), put_start=999.0) for h in hotkeys]
+    fetched = asyncio.run(Fetcher(FetchConfig()).fetch_all(requests, 10.0, on_result=eager))
+    judged = eager.results()
+    assert [r.status for r in fetched] == ["ok"] * 4
+    assert set(judged) == set(hotkeys) and threads and all(t.startswith("gauntlet-decode") for t in threads)
+    # the signature names another hotkey, so the decoder's verdict is a rejection with its reason
+    assert {result.verdict.reason for _, result in judged.values()} == {"wrong_hotkey"}

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from statistics import median
 
 from scoring.clipping import median_norms
 from scoring.decoder import Expected, decode_submission
-from scoring.types import ParamSpec, Reason
+from scoring.types import DecodeResult, ParamSpec, Reason
 from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
 from scoring.wire import CodecConfig
+from validator.objstore import FetchResult
 from validator.outcomes import PeerWindow
 
 
@@ -25,30 +27,60 @@ class CheckConfig:
             raise ValueError("norm_outlier_factor must be > 1")
 
 
+Judged = tuple[str, DecodeResult]  # (content digest of the bytes, what the decoder made of them)
+Judge = Callable[[str, int, bytes], Judged]  # (hotkey, uid, bytes) -> Judged
+
+
+def file_judge(
+    *, window: int, base: str, spec: ParamSpec, cfg: CheckConfig, archive: Callable[[bytes], str]
+) -> Judge:
+    """Archive the bytes first (so replay sees exactly what was judged), then decode and check them."""
+
+    def judge(hotkey: str, uid: int, data: bytes) -> Judged:
+        digest = archive(data)
+        expect = Expected(window=window, uid=uid, hotkey=hotkey, base=base)
+        return digest, decode_submission(data, spec, expect, cfg.codec)
+
+    return judge
+
+
+class EagerDecoder:
+    """Judges each file on a worker thread the moment its download completes, so decoding overlaps
+    the downloads still in flight (DESIGN.md §11). Pass it as the fetcher's `on_result`."""
+
+    def __init__(self, judge: Judge, uids: Mapping[str, int], workers: int = 1) -> None:
+        self.judge, self.uids = judge, uids
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gauntlet-decode")
+        self.futures: dict[str, Future[Judged]] = {}
+
+    def __call__(self, result: FetchResult) -> None:
+        if result.data is not None and result.hotkey in self.uids:
+            self.futures[result.hotkey] = self.pool.submit(
+                self.judge, result.hotkey, self.uids[result.hotkey], result.data
+            )
+
+    def results(self) -> dict[str, Judged]:
+        try:
+            return {hotkey: f.result() for hotkey, f in self.futures.items()}
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
 def decode_all(
-    peers: Sequence[PeerWindow],
-    *,
-    window: int,
-    base: str,
-    spec: ParamSpec,
-    cfg: CheckConfig,
-    archive: Callable[[bytes], str],
+    peers: Sequence[PeerWindow], judge: Judge, ready: Mapping[str, Judged] | None = None
 ) -> list[PeerWindow]:
-    """Decode each fetched file; archive its bytes first so replay sees exactly what was judged."""
+    """Each fetched file judged (or taken from `ready`), its bytes dropped once archived."""
     out = []
     for p in peers:
         data = p.fetch.data if p.fetch is not None else None
-        if data is None:
+        if data is None or p.fetch is None:
             out.append(p)
             continue
-        digest = archive(data)
-        fetched = replace(p, content_digest=digest, fetch=replace(p.fetch, data=None)) if p.fetch else p
+        digest, result = (ready or {}).get(p.hotkey) or judge(p.hotkey, p.uid, data)
+        fetched = replace(p, content_digest=digest, fetch=replace(p.fetch, data=None))
         if p.status != "ok":
             out.append(fetched)
-            continue
-        expect = Expected(window=window, uid=p.uid, hotkey=p.hotkey, base=base)
-        result = decode_submission(data, spec, expect, cfg.codec)
-        if result.update is None:
+        elif result.update is None:
             out.append(fetched.reject(result.verdict.reason or Reason.BAD_METADATA, result.verdict.detail))
         else:
             out.append(replace(fetched, update=result.update))
@@ -123,11 +155,13 @@ def check_window(
     archive: Callable[[bytes], str],
     seen_before: Callable[[list[str]], set[str]],
     secret_seed: str,
+    ready: Mapping[str, Judged] | None = None,
 ) -> tuple[list[PeerWindow], list[CopyFinding]]:
     """All checks of §5 in order: decode (1–5), replays, norm outliers (6), uniqueness (7).
 
     Uniqueness samples chunks from the window's secret seed, so copiers cannot dodge the sample."""
-    checked = decode_all(peers, window=window, base=base, spec=spec, cfg=cfg, archive=archive)
+    judge = file_judge(window=window, base=base, spec=spec, cfg=cfg, archive=archive)
+    checked = decode_all(peers, judge, ready)
     checked = reject_replays(checked, seen_before)
     checked = reject_norm_outliers(checked, cfg)
     return reject_copies(checked, cfg, seed=int(secret_seed[:16], 16))

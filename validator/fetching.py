@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from scoring.types import Reason
 from validator.chain import Chain
@@ -31,7 +31,12 @@ def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = 
 
 
 def fetch_window(
-    fetcher: Fetcher, targets: Sequence[PeerTarget], window: int, put_start: float, deadline_s: float
+    fetcher: Fetcher,
+    targets: Sequence[PeerTarget],
+    window: int,
+    put_start: float,
+    deadline_s: float,
+    on_result: Callable[[FetchResult], None] | None = None,
 ) -> list[PeerWindow]:
     """One PeerWindow per target, in target order: ok with bytes, or missing/early/late with a reason."""
     requests = [
@@ -39,7 +44,8 @@ def fetch_window(
         for t in targets
         if t.location is not None
     ]
-    results = {r.hotkey: r for r in asyncio.run(fetcher.fetch_all(requests, deadline_s))} if requests else {}
+    fetched = asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result)) if requests else []
+    results = {r.hotkey: r for r in fetched}
     return [_peer_window(t, results.get(t.hotkey)) for t in targets]
 
 

@@ -12,7 +12,7 @@ import asyncio
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -168,13 +168,23 @@ class Fetcher:
             store = self._stores[location] = open_store(location, self.config)
         return store
 
-    async def fetch_all(self, requests: Sequence[FetchRequest], deadline_s: float) -> list[FetchResult]:
-        """Fetch all concurrently; whatever is unfinished at the deadline is `missing`/fetch_failed."""
+    async def fetch_all(
+        self,
+        requests: Sequence[FetchRequest],
+        deadline_s: float,
+        on_result: Callable[[FetchResult], None] | None = None,
+    ) -> list[FetchResult]:
+        """Fetch all concurrently; whatever is unfinished at the deadline is `missing`/fetch_failed.
+
+        `on_result` sees each result as soon as it is complete (to start decoding it early)."""
         gate = asyncio.Semaphore(self.config.concurrency)
 
         async def gated(request: FetchRequest) -> FetchResult:
             async with gate:
-                return await self.fetch(request)
+                result = await self.fetch(request)
+            if on_result is not None:
+                on_result(result)
+            return result
 
         tasks = [asyncio.ensure_future(gated(r)) for r in requests]
         if tasks:

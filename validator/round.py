@@ -18,7 +18,7 @@ from scoring.selection import Selection
 from scoring.uniqueness import CopyFinding
 from storage.archive import SubmissionArchive
 from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
-from validator.checking import CheckConfig, check_window, clip_reference
+from validator.checking import CheckConfig, EagerDecoder, Judged, check_window, clip_reference, file_judge
 from validator.commitments import LocationPolicy
 from validator.evaluation import EvalConfig, HeldOut, evaluate_window, heldout
 from validator.events import Events, NullEvents
@@ -88,11 +88,11 @@ def run_window(r: Round, window: int) -> WindowReport:
     timer, started = StageTimer(r.metrics), time.perf_counter()
     seed = window_seed(r.cfg.secret, window)  # secret per window: held-out pages, samples, sketches
     r.events.publish("window_opened", window)
-    with timer("fetch"):
-        peers = _fetch(r, window)
+    with timer("fetch"):  # decoding overlaps the downloads
+        peers, judged = _fetch_and_decode(r, window)
     r.hook("fetch", window)
     with timer("check"):
-        peers, findings = _check(r, window, peers, seed)
+        peers, findings = _check(r, window, peers, judged, seed)
         reference = clip_reference(peers)
     r.hook("check", window)
     with timer("evaluate"):
@@ -132,19 +132,32 @@ def run_window(r: Round, window: int) -> WindowReport:
     return WindowReport(window, peers, selection, held.loss_before, timer.seconds)
 
 
-def _fetch(r: Round, window: int) -> list[PeerWindow]:
+def _fetch_and_decode(r: Round, window: int) -> tuple[list[PeerWindow], dict[str, Judged]]:
+    """Download every submission; each is archived and decoded as soon as it has arrived."""
     targets = read_targets(r.chain, r.locations, exclude=r.validator_hotkey)
     put_start = r.chain.block_timestamp(r.cfg.window.first_block(window + 1))
-    return fetch_window(r.fetcher, targets, window, put_start, r.cfg.fetch_deadline_s)
+    judge = file_judge(
+        window=window,
+        base=r.model.base,
+        spec=param_spec(r.model.model),
+        cfg=r.cfg.check,
+        archive=r.archive.put,
+    )
+    eager = EagerDecoder(judge, {t.hotkey: t.uid for t in targets})
+    try:
+        peers = fetch_window(r.fetcher, targets, window, put_start, r.cfg.fetch_deadline_s, on_result=eager)
+    finally:
+        judged = eager.results()
+    return peers, judged
 
 
 def _check(
-    r: Round, window: int, peers: list[PeerWindow], seed: str
+    r: Round, window: int, peers: list[PeerWindow], judged: dict[str, Judged], seed: str
 ) -> tuple[list[PeerWindow], list[CopyFinding]]:
     return check_window(
         peers, window=window, base=r.model.base, spec=param_spec(r.model.model), cfg=r.cfg.check,
         archive=r.archive.put, seen_before=lambda digests: r.ledger.seen_before(digests, window),
-        secret_seed=seed,
+        secret_seed=seed, ready=judged,
     )  # fmt: skip
 
 
