@@ -14,20 +14,18 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import redis
 from sqlalchemy import Engine, text
 
 from scoring.signing import dev_keypair
 from storage.records import WindowRecord
+from tests.storage_fixtures import pg_cluster, wait_for_postgres
 from validator.demo import DemoConfig, DemoRunner
 from validator.events import EVENTS_CHANNEL
 from validator.sim.plugins import parse_peers
 
 SCENARIO = "honest:3,lazy:1,malformed:1"
 FIRST = 1
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
-PG_VERSION = "15"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,29 +103,6 @@ def child_env(workdir: Path, home: Path, extra: Mapping[str, str] | None = None)
 
 
 # Postgres ---------------------------------------------------------------------------------
-
-
-def pg_cluster(action: str) -> int:
-    done = subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", action],
-        check=False,
-        capture_output=True,
-        timeout=60,
-    )
-    return done.returncode
-
-
-def wait_for_postgres(deadline_s: float = 60.0) -> None:
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            with psycopg.connect(PG_ADMIN, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return
-        except psycopg.OperationalError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.2)
 
 
 def ensure_postgres() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,6 +26,34 @@ from storage.records import (
 )
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+# The machine's Debian cluster, as `.ci/run` finds it: `ls /etc/postgresql`.
+PG_VERSION = sorted(os.listdir("/etc/postgresql"))[-1] if os.path.isdir("/etc/postgresql") else ""
+
+
+def pg_cluster(action: str) -> int:
+    """`pg_ctlcluster VERSION main ACTION` (start/stop/restart); returns its exit code."""
+    done = subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", action],
+        check=False,
+        capture_output=True,
+        timeout=60,
+    )
+    return done.returncode
+
+
+def wait_for_postgres(deadline_s: float = 60.0) -> None:
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            with psycopg.connect(PG_ADMIN, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+
+
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
 

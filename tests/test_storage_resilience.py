@@ -8,10 +8,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-import psycopg
 import pytest
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import OperationalError
@@ -27,12 +25,13 @@ from tests.storage_fixtures import (  # noqa: F401
     db_url_fixture,
     engine_fixture,
     make_window,
+    pg_cluster,
     pg_url_fixture,
     sqlite_url_fixture,
+    wait_for_postgres,
 )
 
 REPO = Path(__file__).resolve().parents[1]
-PG_VERSION = "15"
 
 # The child starts a commit and parks inside the transaction once the rating history is written.
 CHILD = """
@@ -111,29 +110,6 @@ def test_killed_mid_commit_leaves_nothing(db_url: str) -> None:
         engine.dispose()
 
 
-def _pg_cluster(action: str) -> int:
-    done = subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", PG_VERSION, "main", action],
-        check=False,
-        capture_output=True,
-        timeout=60,
-    )
-    return done.returncode
-
-
-def _wait_for_postgres(deadline_s: float = 60.0) -> None:
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            with psycopg.connect(PG_ADMIN, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return
-        except psycopg.OperationalError:
-            if time.monotonic() > end:
-                raise
-            time.sleep(0.2)
-
-
 @pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs a local Debian Postgres cluster")
 def test_operation_recovers_after_postgres_restart(pg_url: str) -> None:
     upgrade(pg_url)
@@ -141,9 +117,9 @@ def test_operation_recovers_after_postgres_restart(pg_url: str) -> None:
     engine = make_engine(config)
     try:
         run_in_transaction(engine, lambda s: commit_window(session=s, record=make_window(1)), config=config)
-        assert _pg_cluster("stop") == 0, "could not stop the local Postgres cluster"
+        assert pg_cluster("stop") == 0, "could not stop the local Postgres cluster"
         # The server comes back a second later; the next operation retries until it answers.
-        restarter = threading.Timer(1.0, _pg_cluster, args=("start",))
+        restarter = threading.Timer(1.0, pg_cluster, args=("start",))
         restarter.start()
         outcome = run_in_transaction(
             engine, lambda s: commit_window(session=s, record=make_window(2)), config=config
@@ -153,8 +129,8 @@ def test_operation_recovers_after_postgres_restart(pg_url: str) -> None:
         latest = run_in_transaction(engine, lambda s: latest_committed_window(session=s), config=config)
         assert latest == 2
     finally:
-        _pg_cluster("start")
-        _wait_for_postgres()
+        pg_cluster("start")
+        wait_for_postgres()
         engine.dispose()
 
 

@@ -15,13 +15,14 @@ from typing import Any
 from scoring.data import Dataset
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState
-from storage.records import SubmissionRecord, WindowRecord
+from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
 from validator.checking import check_window, clip_reference
 from validator.evaluation import evaluate_window, heldout
 from validator.ledger import Ledger
 from validator.objstore import FetchResult
 from validator.outcomes import PeerTarget, PeerWindow
 from validator.policy import rate_window, select_window
+from validator.recording import evaluation_record, rating_record
 from validator.round import RoundConfig
 
 FIELDS = ("status", "reason", "score", "indicator", "mu", "sigma", "final", "selected")
@@ -57,34 +58,35 @@ def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
     return PeerWindow(target, "ok", None, "", fetch)
 
 
+def _row(
+    status: str, reason: str | None, e: EvaluationRecord | None, r: RatingRecord | None, selected: bool
+) -> dict[str, Any]:
+    return {
+        "status": status, "reason": reason, "score": e.score if e else None,
+        "indicator": e.indicator if e else None, "mu": r.mu if r else None,
+        "sigma": r.sigma if r else None, "final": r.final_score if r else None, "selected": selected,
+    }  # fmt: skip
+
+
 def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
     evals = {e.hotkey: e for e in record.evaluations}
     ratings = {r.hotkey: r for r in record.ratings}
     chosen = {s.hotkey for s in record.selections if s.role == "gather"}
-    rows: dict[str, dict[str, Any]] = {}
-    for s in record.submissions:
-        e, r = evals.get(s.hotkey), ratings.get(s.hotkey)
-        rows[s.hotkey] = {
-            "status": s.status, "reason": s.reason, "score": e.score if e else None,
-            "indicator": e.indicator if e else None, "mu": r.mu if r else None,
-            "sigma": r.sigma if r else None, "final": r.final_score if r else None,
-            "selected": s.hotkey in chosen,
-        }  # fmt: skip
-    return rows
+    return {
+        s.hotkey: _row(s.status, s.reason, evals.get(s.hotkey), ratings.get(s.hotkey), s.hotkey in chosen)
+        for s in record.submissions
+    }
 
 
 def _recomputed_rows(
     peers: list[PeerWindow], state: RatingState, gather: set[str]
 ) -> dict[str, dict[str, Any]]:
+    """The same columns, through the same record mapping the live round commits with."""
     rows: dict[str, dict[str, Any]] = {}
     for p in peers:
-        e, r = p.evaluation, state.peers.get(p.hotkey)
-        rows[p.hotkey] = {
-            "status": p.status, "reason": p.reason, "score": e.score if e else None,
-            "indicator": e.indicator if e else None, "mu": r.mu if r else None,
-            "sigma": r.sigma if r else None, "final": r.final if r else None,
-            "selected": p.hotkey in gather,
-        }  # fmt: skip
+        e = evaluation_record(p.hotkey, p.evaluation) if p.evaluation else None
+        r = rating_record(state.peers[p.hotkey]) if p.hotkey in state.peers else None
+        rows[p.hotkey] = _row(p.status, p.reason, e, r, p.hotkey in gather)
     return rows
 
 
