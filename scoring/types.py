@@ -44,6 +44,8 @@ class Reason:
     EARLY: Final = "early"
     MISSING: Final = "missing"
     FETCH_FAILED: Final = "fetch_failed"
+    NO_LOCATION: Final = "no_location"
+    BAD_LOCATION: Final = "bad_location"
 
 
 @dataclass(frozen=True, slots=True)

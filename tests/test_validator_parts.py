@@ -82,11 +82,12 @@ def test_selection_is_published_signed_and_verifiable(tmp_path: Path) -> None:
     }
     assert SelectionPublisher(location, key).publish(doc)
     payload = (tmp_path / selection_key(9)).read_bytes()
-    assert verify_selection(payload)
+    assert verify_selection(payload, key.ss58_address)
+    assert not verify_selection(payload, dev_keypair("//someone-else").ss58_address)
     forged = json.loads(payload)
     forged["selection"]["window"] = 10
-    assert not verify_selection(json.dumps(forged).encode())
-    assert not verify_selection(b"not json")
+    assert not verify_selection(json.dumps(forged).encode(), key.ss58_address)
+    assert not verify_selection(b"not json", key.ss58_address)
     assert not SelectionPublisher().publish(doc)  # nowhere configured: nothing published
 
 

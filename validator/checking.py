@@ -95,9 +95,11 @@ def clip_reference(peers: Sequence[PeerWindow]) -> dict[str, float]:
 def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[PeerWindow]:
     """Reject updates whose total norm is far above the window's median total norm."""
     totals = {p.hotkey: sum(n * n for n in p.update.norms().values()) ** 0.5 for p in peers if p.update}
-    if len(totals) < 3:  # a median of one or two peers says nothing about outliers
+    # zero updates are left out of the median: a crowd of empty sybils must not make honest peers outliers
+    nonzero = [t for t in totals.values() if t > 0.0]
+    if len(nonzero) < 3:  # a median of one or two peers says nothing about outliers
         return list(peers)
-    limit = cfg.norm_outlier_factor * median(totals.values())
+    limit = cfg.norm_outlier_factor * median(nonzero)
     return [
         p.reject(Reason.NORM_OUTLIER, f"norm {totals[p.hotkey]:.3g} > {cfg.norm_outlier_factor}× median")
         if p.hotkey in totals and totals[p.hotkey] > limit

@@ -102,9 +102,10 @@ def run(
         start_http_server(s.metrics_port, addr=s.api_host, registry=metrics.registry)
     start = max(WindowConfig(s.blocks_per_window).window_of(chain.block()) - 1, 0)
 
-    def connect() -> Round:
+    def connect(old: Round | None = None) -> Round:
+        model = old.model.model if old is not None else load_model(s, dataset)  # restore loads in place
         return build_round(
-            s, chain, dataset=dataset, model=load_model(s, dataset), start_window=start,
+            s, chain, dataset=dataset, model=model, start_window=start,
             validator_hotkey=hotkey, locations=locations, metrics=metrics, signer=signer,
         )  # fmt: skip
 

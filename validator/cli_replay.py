@@ -44,9 +44,10 @@ def replay(
     dataset = Dataset.open(s.dataset_path, seq_len=s.seq_len)
     try:
         rows = replay_window(
-            window, ledger=open_ledger(s), model=load_model(s, dataset), dataset=dataset, cfg=round_config(s)
-        )
-    except LookupError as e:
+            window, ledger=open_ledger(s, migrate_to_head=False), model=load_model(s, dataset),
+            dataset=dataset, cfg=round_config(s),
+        )  # fmt: skip
+    except (LookupError, ValueError) as e:  # not committed, not at head, or a base that does not rebuild
         typer.echo(str(e), err=True)
         raise typer.Exit(1) from None
     differing = [r for r in rows if r.differences(tolerance)]

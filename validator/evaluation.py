@@ -9,7 +9,7 @@ from functools import partial
 import torch
 
 from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
-from scoring.loss_score import LossScoreConfig, PeerJob, evaluate_peers, mean_loss
+from scoring.loss_score import LossScoreConfig, PeerJob, deterministic, evaluate_peers, mean_loss
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.sampling import SamplingConfig, sample_for_evaluation
@@ -45,7 +45,8 @@ def heldout(model: LlamaModel, dataset: Dataset, seed: str, cfg: EvalConfig) -> 
     """The window's held-out batches and their loss before any update: computed once per window."""
     pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=dataset)
     data = batches(dataset, pages, cfg.batch_size)
-    return HeldOut(seed, data, mean_loss(model, data))
+    with deterministic(next(model.parameters()).device):  # the same kernels as the per-peer losses
+        return HeldOut(seed, data, mean_loss(model, data))
 
 
 def _own_batches(dataset: Dataset, window: int, uid: int, seed: str, cfg: EvalConfig) -> list[torch.Tensor]:

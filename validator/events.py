@@ -39,6 +39,16 @@ class RedisEvents:
             log.warning("event_dropped", kind=kind, window=window, error=str(e))
 
 
+_EXTEND_IF_MINE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end
+return 0
+"""
+_DELETE_IF_MINE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
 class LeaderLock:
     """A Redis lock per hotkey with a TTL: only the holder sets weights."""
 
@@ -57,10 +67,8 @@ class LeaderLock:
         try:
             if self.client.set(self.key, self.token, nx=True, ex=self.ttl_s):
                 return True
-            if self.client.get(self.key) == self.token.encode():
-                self.client.expire(self.key, self.ttl_s)
-                return True
-            return False
+            # extend only if still ours, atomically (a get-then-expire could extend a new holder's lock)
+            return bool(self.client.eval(_EXTEND_IF_MINE, 1, self.key, self.token, self.ttl_s))
         except redis.RedisError as e:
             log.warning("leader_lock_unavailable", error=str(e))
             return False
@@ -69,8 +77,7 @@ class LeaderLock:
         if self.client is None:
             return
         try:
-            if self.client.get(self.key) == self.token.encode():
-                self.client.delete(self.key)
+            self.client.eval(_DELETE_IF_MINE, 1, self.key, self.token)
         except redis.RedisError as e:
             log.warning("leader_lock_release_failed", error=str(e))
 

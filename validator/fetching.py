@@ -15,19 +15,25 @@ from validator.outcomes import PeerTarget, PeerWindow
 def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:
     """Every registered neuron (but the validator itself) with its parsed storage location."""
     commitments = chain.commitments()
-    targets = []
-    for n in chain.neurons():
-        if n.hotkey == exclude:
-            continue
-        text = commitments.get(n.hotkey)
-        if text is None:
-            targets.append(PeerTarget(n.uid, n.hotkey, None, "no storage location committed"))
-            continue
-        try:
-            targets.append(PeerTarget(n.uid, n.hotkey, parse_location(text, policy)))
-        except LocationError as e:
-            targets.append(PeerTarget(n.uid, n.hotkey, None, f"unusable commitment ({e.reason}): {e.detail}"))
-    return targets
+    return [
+        _target(n.uid, n.hotkey, commitments.get(n.hotkey), policy)
+        for n in chain.neurons()
+        if n.hotkey != exclude
+    ]
+
+
+def _target(uid: int, hotkey: str, text: str | None, policy: LocationPolicy) -> PeerTarget:
+    if text is None:
+        return PeerTarget(uid, hotkey, None, "no storage location committed", Reason.NO_LOCATION)
+    try:
+        object_key(0, hotkey)  # a hotkey that cannot name an object key has nothing we could fetch
+        return PeerTarget(uid, hotkey, parse_location(text, policy))
+    except LocationError as e:
+        return PeerTarget(
+            uid, hotkey, None, f"unusable commitment ({e.reason}): {e.detail}", Reason.BAD_LOCATION
+        )
+    except ValueError as e:
+        return PeerTarget(uid, hotkey, None, f"unusable hotkey: {e}", Reason.BAD_LOCATION)
 
 
 def fetch_window(
@@ -44,6 +50,7 @@ def fetch_window(
         for t in targets
         if t.location is not None
     ]
+    fetcher.retain({r.location for r in requests})
     fetched = asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result)) if requests else []
     results = {r.hotkey: r for r in fetched}
     return [_peer_window(t, results.get(t.hotkey)) for t in targets]
@@ -51,7 +58,7 @@ def fetch_window(
 
 def _peer_window(target: PeerTarget, result: FetchResult | None) -> PeerWindow:
     if result is None:
-        return PeerWindow(target, "missing", Reason.MISSING, target.problem)
+        return PeerWindow(target, "missing", target.reason or Reason.MISSING, target.problem)
     if result.status == FetchStatus.OK:
         return PeerWindow(target, "ok", None, "", result)
     if result.status == FetchStatus.TOO_LARGE:

@@ -21,12 +21,16 @@ from storage import queries
 from storage.archive import BlobStore, SubmissionArchive
 from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
 from storage.db import DatabaseConfig, run_in_transaction
-from storage.records import WindowRecord
-from storage.writer import CommitOutcome, commit_window
+from storage.records import WeightSetRecord, WindowRecord
+from storage.writer import CommitOutcome, commit_window, record_weight_set
 from validator.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
 from validator.recording import rating_state
 
 T = TypeVar("T")
+
+
+class CommittedElsewhere(RuntimeError):
+    """Another process committed this window differently: this process's model is not the record's."""
 
 
 class Ledger:
@@ -46,7 +50,17 @@ class Ledger:
         return run_in_transaction(self.engine, work, config=self.db)
 
     def commit(self, record: WindowRecord) -> CommitOutcome:
-        return self._tx(lambda s: commit_window(session=s, record=record))
+        """Commit the window; an identical earlier commit (a lost acknowledgement) is fine, but a
+        different one (another process) raises, so the round boundary rebuilds from storage."""
+        outcome = self._tx(lambda s: commit_window(session=s, record=record))
+        if outcome is CommitOutcome.ALREADY_COMMITTED:
+            stored = self.window_detail(record.window)
+            if stored is None or (tuple(stored.aggregate_digests), dict(stored.clip_reference)) != (
+                tuple(record.aggregate_digests),
+                dict(record.clip_reference),
+            ):
+                raise CommittedElsewhere(f"window {record.window} was committed with another aggregate")
+        return outcome
 
     def seen_before(self, digests: list[str], window: int) -> set[str]:
         return self._tx(
@@ -66,6 +80,18 @@ class Ledger:
         data = model_bytes(gm.model)
         self._tx(lambda s: save_checkpoint(session=s, store=self.blobs, window=gm.window, data=data))
 
+    def record_weights(self, record: WeightSetRecord) -> None:
+        self._tx(lambda s: record_weight_set(session=s, record=record))
+
+    def last_weights_failed(self) -> bool:
+        """Whether the newest weight-setting attempt failed (so a restarted process retries it)."""
+        latest = self._tx(lambda s: queries.weight_sets(session=s, limit=1))
+        return bool(latest) and latest[0].outcome == "failed"
+
+    def prune(self, window: int) -> int:
+        """Delete archived submissions older than the retention (a no-op when it keeps everything)."""
+        return self._tx(lambda s: self.archive.prune(session=s, current_window=window))
+
     def maybe_checkpoint(self, gm: GlobalModel) -> None:
         if gm.window % self.checkpoint_every == 0:
             self.checkpoint(gm)
@@ -80,15 +106,20 @@ class Ledger:
     ) -> tuple[GlobalModel, RatingState]:
         """The model at the start of the first uncommitted window, and the ratings before it.
 
-        On a fresh database `model` (as initialized) becomes the checkpoint of `start_window`."""
+        On a fresh database `model` (as initialized) becomes the checkpoint of `start_window`. A
+        process that stopped before its first commit may come back in a later window: nothing was
+        aggregated yet, so the initial checkpoint is still the model, re-checkpointed at the new start."""
         latest = self.latest_committed()
-        target = start_window if latest is None else latest + 1
-        if self._tx(lambda s: nearest_checkpoint(session=s, window=target)) is None:
-            if latest is not None:
-                raise LookupError(f"no checkpoint at or before window {target}")
-            gm = GlobalModel(model, checkpoint_fingerprint(dict(model.named_parameters())), target)
+        if latest is None:
+            first = self._tx(lambda s: nearest_checkpoint(session=s, window=start_window))
+            if first is not None:
+                load_model_bytes(model, load_checkpoint(store=self.blobs, record=first))
+            gm = GlobalModel(model, checkpoint_fingerprint(dict(model.named_parameters())), start_window)
             self.checkpoint(gm)
             return gm, RatingState()
+        target = latest + 1
+        if self._tx(lambda s: nearest_checkpoint(session=s, window=target)) is None:
+            raise LookupError(f"no checkpoint at or before window {target}")
         return self.model_at(model, target, outer_lr=outer_lr, codec=codec), self.ratings_after(latest)
 
     def _base_at_checkpoint(self, window: int, model: LlamaModel) -> str:

@@ -34,6 +34,10 @@ class Metrics:
         self.last_window = Gauge(
             "gauntlet_last_committed_window", "Last committed window", registry=self.registry
         )
+        self.failing_streak = Gauge(
+            "gauntlet_window_failures_in_a_row", "Failed attempts at the current window (alert on > 3)",
+            registry=self.registry,
+        )  # fmt: skip
 
 
 class StageTimer:

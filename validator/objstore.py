@@ -109,11 +109,15 @@ def open_store(
     config: FetchConfig | None = None,
     *,
     credentials: tuple[str, str] | None = None,
+    create: bool = False,
 ) -> ObjectStore:
-    """An obstore store for a location; `credentials` (key id, secret) override the committed ones."""
+    """An obstore store for a location; `credentials` (key id, secret) override the committed ones.
+
+    Only a writer (`create=True`) may create a `file://` folder: fetching must not make directories
+    wherever a peer's commitment points."""
     config = config or FetchConfig()
     if location.is_file:
-        return LocalStore(location.path, mkdir=True)
+        return LocalStore(location.path, mkdir=create)
     key_id, secret = credentials or (location.access_key_id, location.secret_access_key)
     auth: dict[str, Any] = (
         {"access_key_id": key_id, "secret_access_key": secret} if key_id else {"skip_signature": True}
@@ -149,7 +153,7 @@ async def publish(
     """
     if mtime is not None and not location.is_file:
         raise ValueError("mtime can only be set on file:// locations")
-    store = open_store(location, credentials=credentials)
+    store = open_store(location, credentials=credentials, create=True)
     await obs.put_async(store, key, data)
     if mtime is not None:
         os.utime(Path(location.path) / key, (mtime, mtime))
@@ -161,6 +165,11 @@ class Fetcher:
     def __init__(self, config: FetchConfig) -> None:
         self.config = config
         self._stores: dict[StorageLocation, ObjectStore] = {}
+
+    def retain(self, locations: set[StorageLocation]) -> None:
+        """Drop clients of locations no peer uses any more (commitments are peer-controlled)."""
+        for location in set(self._stores) - locations:
+            del self._stores[location]
 
     def _store(self, location: StorageLocation) -> ObjectStore:
         store = self._stores.get(location)
@@ -220,7 +229,8 @@ class Fetcher:
         store = self._store(request.location)
         meta = await obs.head_async(store, request.key)
         size, etag, version = int(meta["size"]), meta["e_tag"], meta["version"]
-        modified = meta["last_modified"].timestamp()
+        # microseconds, as storage keeps them: replay must see the same timestamps as the live round
+        modified = round(meta["last_modified"].timestamp(), 6)
         seen = FetchResult(request.hotkey, FetchStatus.OK, size=size, etag=etag, last_modified=modified)
         if size > self.config.max_bytes:
             detail = f"{size} bytes > limit {self.config.max_bytes}"

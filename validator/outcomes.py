@@ -19,6 +19,7 @@ class PeerTarget:
     hotkey: str
     location: StorageLocation | None
     problem: str = ""
+    reason: str | None = None  # why there is nothing to fetch: no_location or bad_location
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,11 +51,14 @@ def canonical(document: dict[str, Any]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
-def verify_selection(payload: bytes) -> bool:
-    """What a peer checks: the document is signed by the validator hotkey it names."""
+def verify_selection(payload: bytes, validator_hotkey: str) -> bool:
+    """What a peer checks: the document is signed by the validator it trusts (not merely by the key
+    the document names)."""
     try:
         signed = json.loads(payload)
-        return verify_signature(signed["validator"], canonical(signed["selection"]), signed["signature"])
+        if signed["validator"] != validator_hotkey:
+            return False
+        return verify_signature(validator_hotkey, canonical(signed["selection"]), signed["signature"])
     except (ValueError, KeyError, TypeError):
         return False
 

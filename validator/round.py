@@ -118,6 +118,7 @@ def run_window(r: Round, window: int) -> WindowReport:
         r.model.advance([p.update.params for p in chosen if p.update], digests, reference, r.cfg.outer_lr)
         r.ratings = ratings
         r.ledger.maybe_checkpoint(r.model)
+        r.ledger.prune(window)
     r.hook("aggregate", window)
     with timer("publish"):
         r.publisher.publish(
@@ -127,7 +128,7 @@ def run_window(r: Round, window: int) -> WindowReport:
         )
     with timer("weights"):
         r.weigher.maybe_set(window, ratings)
-    _report_metrics(r, peers)
+    _report_metrics(r, window, peers)
     r.events.publish("window_committed", window, selected=list(selection.gather), base=r.model.base)
     return WindowReport(window, peers, selection, held.loss_before, timer.seconds)
 
@@ -191,7 +192,8 @@ def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> dict
     }
 
 
-def _report_metrics(r: Round, peers: Sequence[PeerWindow]) -> None:
+def _report_metrics(r: Round, window: int, peers: Sequence[PeerWindow]) -> None:
     for status in ("ok", "missing", "early", "late", "invalid"):
         r.metrics.peers.labels(status=status).set(sum(p.status == status for p in peers))
     r.metrics.windows.inc()
+    r.metrics.last_window.set(window)

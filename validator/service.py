@@ -38,40 +38,53 @@ def serve(
     r: Round,
     *,
     stop: threading.Event,
-    reconnect: Callable[[], Round],
+    reconnect: Callable[[Round], Round],
     put_window_s: float,
     grace_s: float,
     max_windows: int | None = None,
     retry_s: float = 5.0,
 ) -> int:
-    """Score windows until stopped; returns how many windows were committed."""
-    committed = 0
-    while not stop.is_set() and (max_windows is None or committed < max_windows):
-        window = r.model.window
-        try:
-            r.chain.wait_for_block(ready_block(r, window, put_window_s, grace_s), timeout=5.0)
-        except TimeoutError:
-            continue
-        try:
-            report = run_window(r, window)
-            committed += 1
+    """Score windows until stopped; returns how many windows were committed.
+
+    `reconnect(old)` rebuilds a Round from storage, reusing the old one's model memory."""
+    committed, failures = 0, 0
+    try:
+        while not stop.is_set() and (max_windows is None or committed < max_windows):
+            window = r.model.window
+            try:
+                r.chain.wait_for_block(ready_block(r, window, put_window_s, grace_s), timeout=5.0)
+                report = run_window(r, window)
+            except TimeoutError:
+                continue
+            except Exception:  # the round boundary: record, rebuild from storage, try the window again
+                failures += 1
+                log.exception("round_failed", window=window, failures_in_a_row=failures)
+                r.metrics.failures.inc()
+                r.metrics.failing_streak.set(failures)
+                stop.wait(retry_s)
+                r = _reconnect(r, reconnect, stop, retry_s)
+                continue
+            committed, failures = committed + 1, 0
+            r.metrics.failing_streak.set(0)
             log.info(
                 "window_committed", window=window, selected=len(report.selection.gather), **report.timings
             )
-        except Exception:  # the round boundary: record, rebuild from storage, try the window again
-            log.exception("round_failed", window=window)
-            r.metrics.failures.inc()
-            stop.wait(retry_s)
-            r = _reconnect(reconnect, stop, retry_s) or r
-    r.weigher.lock.release()
+    finally:
+        r.weigher.lock.release()
     return committed
 
 
-def _reconnect(reconnect: Callable[[], Round], stop: threading.Event, retry_s: float) -> Round | None:
+def _reconnect(
+    old: Round, reconnect: Callable[[Round], Round], stop: threading.Event, retry_s: float
+) -> Round:
     while not stop.is_set():
         try:
-            return reconnect()
+            new = reconnect(old)
         except Exception:  # storage may still be down: keep trying with a pause
             log.exception("reconnect_failed")
             stop.wait(retry_s)
-    return None
+            continue
+        if new.ledger is not old.ledger:
+            old.ledger.engine.dispose()
+        return new
+    return old

@@ -123,13 +123,16 @@ class Settings(BaseSettings):
             raise ValueError("validator_secret: set a real secret before running on a real subnet")
         if self.burn_uid is None and self.burn_share > 0:
             raise ValueError("burn_share needs burn_uid")
+        if 0 < self.archive_retention_windows < 2 * self.checkpoint_every:
+            # rebuilding the model needs the aggregated submissions since the last checkpoint
+            raise ValueError("archive_retention_windows must be 0 or at least 2 × checkpoint_every")
         return self
 
     def masked(self) -> dict[str, Any]:
         """The effective configuration with secrets and URL passwords hidden."""
         out = self.model_dump(mode="json")
         out["validator_secret"] = "*" * 10
-        for key in ("database_url", "redis_url", "archive_url"):
+        for key in ("database_url", "redis_url", "archive_url", "selection_location"):
             out[key] = _mask_url(out[key])
         return out
 

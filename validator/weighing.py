@@ -32,15 +32,17 @@ class Weigher:
         every: int,
         metrics: Metrics,
         events: Events | None = None,
+        retry_pending: bool = False,
     ) -> None:
         self.chain, self.policy, self.lock, self.record = chain, policy, lock, record
         self.every, self.metrics, self.events = every, metrics, events or NullEvents()
-        self.retry_pending = False
+        self.retry_pending = retry_pending  # restored from storage after a restart
 
     def due(self, window: int) -> bool:
         return self.retry_pending or window % self.every == 0
 
     def maybe_set(self, window: int, ratings: RatingState) -> WeightSetRecord | None:
+        leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
         if not self.due(window):
             return None
         weights = weights_for(ratings, self.policy)
@@ -50,7 +52,7 @@ class Weigher:
             return self._done(
                 WeightSetRecord(window, None, [], [], "skipped", "no peer has a positive score")
             )
-        if not self.lock.acquire():
+        if not leader:
             return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))
         outcome = self._set(weights)
         self.retry_pending = not outcome.ok

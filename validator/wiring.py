@@ -20,9 +20,8 @@ from scoring.weights import PowerWeights, PowerWeightsConfig, RankWeights, RankW
 from scoring.wire import CodecConfig, max_submission_bytes
 from storage import migrate
 from storage.archive import ArchiveConfig, BlobStore, LocalBlobStore, ObjectBlobStore, SubmissionArchive
-from storage.db import make_engine, run_in_transaction
-from storage.writer import record_weight_set
-from validator.chain import Chain, WindowConfig
+from storage.db import make_engine
+from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
 from validator.checking import CheckConfig
 from validator.commitments import LocationPolicy, parse_location
 from validator.evaluation import EvalConfig
@@ -104,10 +103,15 @@ def blob_store(s: Settings) -> BlobStore:
     return ObjectBlobStore(open_store(loc))
 
 
-def open_ledger(s: Settings) -> Ledger:
-    """Storage for the validator: the database (migrated to head), the archive and checkpoints."""
+def open_ledger(s: Settings, *, migrate_to_head: bool = True) -> Ledger:
+    """Storage for the validator: the database (migrated to head), the archive and checkpoints.
+
+    Replay only reads: it refuses a database that is not at head instead of migrating it."""
     engine = make_engine(s.database_url)
-    migrate.upgrade(engine)
+    if migrate_to_head:
+        migrate.upgrade(engine)
+    elif migrate.current(engine) != migrate.head():
+        raise LookupError("the database is not at the code's schema revision: run `gauntlet db upgrade`")
     blobs = blob_store(s)
     retention = s.archive_retention_windows or None
     archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=retention))
@@ -129,21 +133,18 @@ def build_round(
 ) -> Round:
     """Connect storage (migrating it), restore the model and ratings, and join the stages."""
     ledger = open_ledger(s)
-    engine = ledger.engine
     cfg = round_config(s)
     gm, ratings = ledger.restore(model, start_window=start_window, outer_lr=s.outer_lr, codec=cfg.check.codec)
     redis = connect(s.redis_url)
     events = RedisEvents(redis) if redis is not None else NullEvents()
     metrics = metrics or Metrics()
-    holder = f"{socket.gethostname()}:{Path(s.workdir).resolve()}"
-    lock = LeaderLock(redis, validator_hotkey or "local", token=hashlib.sha256(holder.encode()).hexdigest())
-
-    def record(rec: object) -> None:
-        run_in_transaction(engine, lambda session: record_weight_set(session=session, record=rec))  # type: ignore[arg-type]
-
+    holder = hashlib.sha256(f"{socket.gethostname()}:{Path(s.workdir).resolve()}".encode()).hexdigest()
+    ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
+    lock = LeaderLock(redis, validator_hotkey or "local", ttl_s=ttl, token=holder)
     weigher = Weigher(
-        chain, weight_policy(s), lock, record, every=s.windows_per_weights, metrics=metrics, events=events
-    )
+        chain, weight_policy(s), lock, ledger.record_weights, every=s.windows_per_weights, metrics=metrics,
+        events=events, retry_pending=ledger.last_weights_failed(),
+    )  # fmt: skip
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)
     fetcher = Fetcher(FetchConfig(max_bytes=cap, put_window_s=s.put_window_s, grace_s=s.put_grace_s))
     return Round(

@@ -1,0 +1,111 @@
+"""Recovery paths of the validator process: restore, conflicting commits, the serve loop, hostile
+commitments and degenerate norms."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from scoring.model import ModelConfig, build_model
+from scoring.types import Reason, SparseParam, SparseUpdate, SubmissionMeta
+from scoring.wire import CodecConfig
+from tests.e2e_fixtures import clear_gauntlet_env
+from tests.storage_fixtures import make_window
+from validator.checking import CheckConfig, reject_norm_outliers
+from validator.commitments import LocationPolicy
+from validator.demo import DemoConfig, DemoRunner
+from validator.fetching import read_targets
+from validator.ledger import CommittedElsewhere
+from validator.local_chain import LocalChain, LocalChainConfig
+from validator.outcomes import PeerTarget, PeerWindow
+from validator.service import serve
+from validator.settings import Settings
+from validator.sim.plugins import parse_peers
+from validator.wiring import open_ledger
+
+SMALL = ModelConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=48, max_seq_len=32)
+
+
+def _ledger(tmp_path: Path):  # type: ignore[no-untyped-def]
+    return open_ledger(Settings(database_url=f"sqlite:///{tmp_path}/g.db", workdir=tmp_path, redis_url=None))
+
+
+def test_a_process_that_never_committed_restarts_in_a_later_window(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path)
+    first, _ = ledger.restore(build_model(SMALL, seed=1), start_window=5, outer_lr=1.0, codec=CodecConfig())
+    again, ratings = ledger.restore(
+        build_model(SMALL, seed=2), start_window=7, outer_lr=1.0, codec=CodecConfig()
+    )
+    assert (first.window, again.window) == (5, 7) and ratings.peers == {}
+    assert again.base == first.base  # the initial model from the checkpoint, not the new random init
+    for (_, a), (_, b) in zip(first.model.named_parameters(), again.model.named_parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_window_committed_differently_elsewhere_is_refused(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path)
+    record = make_window(3)
+    ledger.commit(record)
+    ledger.commit(record)  # the same record again (a lost acknowledgement): fine
+    with pytest.raises(CommittedElsewhere):
+        ledger.commit(dataclasses.replace(record, aggregate_digests=["f" * 64]))
+
+
+def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Path) -> None:
+    clear_gauntlet_env()
+    crashed: list[int] = []
+
+    def hook(stage: str, window: int) -> None:
+        if stage == "evaluate" and not crashed:
+            crashed.append(window)
+            raise RuntimeError("injected")
+
+    cfg = DemoConfig(parse_peers("honest:2"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
+    runner = DemoRunner(cfg, hook=hook)
+    runner.publish(1)
+    stop = threading.Event()
+    done = serve(
+        runner.round, stop=stop, reconnect=lambda old: runner.connect(), put_window_s=70.0, grace_s=5.0,
+        max_windows=1, retry_s=0.0,
+    )  # fmt: skip
+    assert done == 1 and crashed == [1]
+    assert runner.round.ledger.window_state(1) == "committed"
+
+
+def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:
+    chain = LocalChain(LocalChainConfig(tmp_path / "chain.sqlite"))
+    for uid, hotkey in enumerate(["5Fgood", "5Fnone", "5Fgarbage", "5Fprivate", "bad/hotkey"]):
+        chain.register(hotkey, uid=uid)
+    chain.commit("5Fgood", f"file://{tmp_path}/store")
+    chain.commit("5Fgarbage", "not a url at all")
+    chain.commit("5Fprivate", "http://127.0.0.1:9000/bucket")
+    chain.commit("bad/hotkey", f"file://{tmp_path}/store")
+    strict = LocationPolicy(allow_http=False, allow_private_hosts=False, allow_file=True)
+    reasons = {t.hotkey: t.reason for t in read_targets(chain, strict)}
+    assert reasons == {
+        "5Fgood": None, "5Fnone": Reason.NO_LOCATION, "5Fgarbage": Reason.BAD_LOCATION,
+        "5Fprivate": Reason.BAD_LOCATION, "bad/hotkey": Reason.BAD_LOCATION,
+    }  # fmt: skip
+
+
+def _peer(hotkey: str, scale: float) -> PeerWindow:
+    p = SparseParam((8,), torch.arange(4), torch.full((4,), scale))
+    update = SparseUpdate(SubmissionMeta(1, 0, hotkey, "b", "s"), hotkey * 8, {"w": p})
+    return PeerWindow(PeerTarget(0, hotkey, None), "ok", update=update)
+
+
+def test_zero_updates_cannot_make_honest_peers_norm_outliers() -> None:
+    peers = (
+        [_peer(f"z{i}", 0.0) for i in range(5)] + [_peer(f"h{i}", 1.0) for i in range(3)] + [_peer("x", 1e3)]
+    )
+    out = {p.hotkey: p.reason for p in reject_norm_outliers(peers, CheckConfig())}
+    assert [h for h, reason in out.items() if reason == Reason.NORM_OUTLIER] == ["x"]
+
+
+def test_config_show_masks_the_selection_bucket_credentials() -> None:
+    s = Settings(selection_location="https://AKID:topsecret@r2.example.com/sel?region=auto", redis_url=None)
+    assert "topsecret" not in str(s.masked())
