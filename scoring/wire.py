@@ -116,7 +116,3 @@ def payload_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
 
 def signed_message(window: int, uid: int, hotkey: str, base: str, digest: str) -> bytes:
     return f"{FORMAT}|{window}|{uid}|{hotkey}|{base}|{digest}".encode()
-
-
-def object_key(window: int, hotkey: str) -> str:
-    return f"{FORMAT}/{window}/{hotkey}.safetensors"

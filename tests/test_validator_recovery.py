@@ -92,6 +92,18 @@ def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:
     }  # fmt: skip
 
 
+def test_only_trusted_storage_providers_when_configured() -> None:
+    from validator.commitments import LocationError, parse_location
+
+    policy = LocationPolicy(allowed_host_suffixes=(".r2.cloudflarestorage.com",))
+    assert parse_location("https://acct.r2.cloudflarestorage.com/bucket", policy).host.endswith(
+        "r2.cloudflarestorage.com"
+    )
+    with pytest.raises(LocationError) as e:
+        parse_location("https://selfhosted.example.org/bucket", policy)
+    assert e.value.reason == "host_not_allowed"
+
+
 def _peer(hotkey: str, scale: float) -> PeerWindow:
     p = SparseParam((8,), torch.arange(4), torch.full((4,), scale))
     update = SparseUpdate(SubmissionMeta(1, 0, hotkey, "b", "s"), hotkey * 8, {"w": p})

@@ -41,10 +41,12 @@ def demo(
 ) -> int:
     """Run a local subnet: simulated honest and adversarial peers, scored by the real validator."""
     configure_logging(quiet=True)
-    known = dict(BUILTIN) | (load_plugin(plugin) if plugin else {})
-    runner = DemoRunner(
-        DemoConfig(parse_peers(peers, known), windows=windows, workdir=workdir, inner_steps=inner_steps)
-    )
+    try:
+        known = dict(BUILTIN) | (load_plugin(plugin) if plugin else {})
+        behaviours = parse_peers(peers, known)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    runner = DemoRunner(DemoConfig(behaviours, windows=windows, workdir=workdir, inner_steps=inner_steps))
     server = None if no_api else serve_in_thread(runner.settings, "127.0.0.1", port)
     summary = DemoSummary(runner.network.behaviour_of())
     typer.echo(

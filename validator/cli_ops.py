@@ -73,7 +73,8 @@ def _chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
                 wallet_path=str(s.wallet_path) if s.wallet_path else None,
             )
         )  # fmt: skip
-        return sub, sub.hotkey, LocationPolicy(), sub.signer
+        policy = LocationPolicy(allowed_host_suffixes=tuple(s.storage_host_suffixes))
+        return sub, sub.hotkey, policy, sub.signer
     from validator.local_chain import LocalChain, LocalChainConfig
 
     signer = dev_keypair(s.local_validator_uri)  # the demo registers this key as uid 0

@@ -50,6 +50,10 @@ class LocationPolicy:
     allow_http: bool = False
     allow_private_hosts: bool = False
     allow_file: bool = False
+    # Host suffixes of providers whose object timestamps peers cannot set (e.g.
+    # ".r2.cloudflarestorage.com"). The put window and the copy offender rule trust Last-Modified,
+    # so a production validator should list them; empty allows any public host.
+    allowed_host_suffixes: tuple[str, ...] = ()
 
     @staticmethod
     def local() -> LocationPolicy:
@@ -161,6 +165,12 @@ def _check_host(host: str, policy: LocationPolicy) -> str:
     # HTTP clients may resolve to loopback: accept only the canonical dotted quad.
     if host.rsplit(".", 1)[-1].isdigit() and not _is_dotted_quad(host):
         raise LocationError("bad_host", f"{host} is not a canonical IPv4 address")
+    if policy.allowed_host_suffixes and not host.lower().endswith(
+        tuple(s.lower() for s in policy.allowed_host_suffixes)
+    ):
+        raise LocationError(
+            "host_not_allowed", f"{host} is not one of the storage providers this validator trusts"
+        )
     if policy.allow_private_hosts:
         return host
     if host.lower() == "localhost" or host.lower().endswith(".localhost"):
@@ -168,7 +178,9 @@ def _check_host(host: str, policy: LocationPolicy) -> str:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return host  # a DNS name; resolution-time checks are the HTTP client's job
+        # A DNS name: its addresses are not checked here (no DNS-rebinding defence); restrict hosts
+        # with `allowed_host_suffixes` or an egress proxy in production.
+        return host
     if not address.is_global:
         raise LocationError("private_host", f"{host} is not a public address")
     return host

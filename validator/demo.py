@@ -7,7 +7,6 @@ commits every window to SQLite (or GAUNTLET_DATABASE_URL). Time is a simulated c
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from scoring.wire import CodecConfig
 from validator.commitments import LocationPolicy
 from validator.local_chain import LocalChain, LocalChainConfig
 from validator.round import Round, WindowReport, run_window
+from validator.service import ready_block
 from validator.settings import Settings, to_toml
 from validator.sim.context import Behaviour, PeerTools
 from validator.sim.network import SimNetwork
@@ -120,8 +120,7 @@ class DemoRunner:
             last_aggregate=last,
         )  # fmt: skip
         self.previous = current
-        close = self.settings.put_window_s + self.settings.put_grace_s
-        target = wcfg.first_block(window + 1) + math.ceil(close / 12.0) + 1
+        target = ready_block(self.round, window, self.settings.put_window_s, self.settings.put_grace_s)
         if self.chain.block() < target:
             self.chain.advance(target - self.chain.block())
 

@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     redis_url: str | None = "redis://127.0.0.1:6379/0"
     archive_url: str | None = None  # None: a folder under workdir; else an S3 URL (commitment syntax)
     archive_retention_windows: int = Field(default=0, ge=0)  # 0 keeps everything
+    storage_host_suffixes: list[str] = []  # trusted peer storage providers (empty: any public host)
     selection_location: str | None = None  # where the signed selection is published (commitment syntax)
     metrics_port: int | None = Field(default=9108, ge=1, le=65535)  # Prometheus for `gauntlet run`
 
