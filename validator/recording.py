@@ -107,6 +107,8 @@ def copy_pair_records(findings: Sequence[CopyFinding]) -> list[CopyPairRecord]:
     for f in findings:
         a, b = sorted((f.offender, f.other))
         if (a, b) not in pairs:
+            # overlap already counts only shared positions whose signs agree (scoring/uniqueness.py),
+            # so the pair's sign agreement is 1 by construction; both offenders of a tie have penalty rows
             pairs[(a, b)] = CopyPairRecord(a, b, f.overlap, 1.0, f.offender)
     return list(pairs.values())
 
