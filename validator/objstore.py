@@ -211,6 +211,9 @@ class Fetcher:
 
     async def fetch(self, request: FetchRequest) -> FetchResult:
         """One submission, with bounded retries on transient errors."""
+        if request.location.is_file and not Path(request.location.path).is_dir():
+            # nothing was ever published there (and fetching never creates a peer's folder)
+            return _failed(request.hotkey, Reason.MISSING, f"no object at {request.key}")
         detail = ""
         for attempt in range(self.config.retries + 1):
             try:
