@@ -67,6 +67,7 @@ class Weigher:
         try:
             return self.chain.set_weights(weights)
         except Exception as e:  # the chain is an external system: any failure becomes a recorded outcome
+            log.exception("set_weights_raised")  # with the traceback: it may be our bug, not the chain's
             return WeightOutcome(False, f"{type(e).__name__}: {e}"[:500], -1)
 
     def _done(self, rec: WeightSetRecord) -> WeightSetRecord:

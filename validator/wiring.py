@@ -43,9 +43,19 @@ def code_version() -> str:
         return "0+unknown"
 
 
+# Where things run and how they are served does not change a window's results; the rest does.
+OPERATIONAL = frozenset({
+    "workdir", "database_url", "redis_url", "archive_url", "archive_retention_windows", "selection_location",
+    "metrics_port", "api_host", "api_port", "cors_origins", "rate_limit_per_minute", "api_max_commit_age_s",
+    "wallet_path", "device", "fetch_deadline_s", "dataset_path", "model_path",  # paths, not contents
+})  # fmt: skip
+
+
 def config_digest(settings: Settings) -> str:
-    """A digest of the effective configuration (secrets masked), stored with every window."""
-    return hashlib.sha256(json.dumps(settings.masked(), sort_keys=True).encode()).hexdigest()
+    """A digest of the settings that decide a window's results, stored with every window, so two
+    windows scored under different rules are told apart (operational settings are left out)."""
+    relevant = {k: v for k, v in settings.masked().items() if k not in OPERATIONAL}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 
 def round_config(s: Settings) -> RoundConfig:
