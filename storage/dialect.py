@@ -22,4 +22,5 @@ def upsert(session: Session, model: type[m.Base]) -> Any:
         return postgresql.insert(table_of(model))
     if dialect == "sqlite":
         return sqlite.insert(table_of(model))
-    raise NotImplementedError(f"no upsert for dialect {dialect}")
+    # Postgres and SQLite are the two databases the project supports (DESIGN.md §9).
+    raise ValueError(f"unsupported database dialect {dialect!r}: use postgresql or sqlite")

@@ -79,7 +79,7 @@ def test_rate_limit_refuses_with_retry_after(pg_db: SeededDb) -> None:
         health = httpx.get(f"{server.base_url}/healthz")
     refused = [r for r in statuses if r.status_code == 429]
     assert refused, [r.status_code for r in statuses]
-    assert 1 <= int(refused[0].headers["retry-after"]) <= 60
+    assert int(refused[0].headers["retry-after"]) in range(1, 61)
     assert refused[0].json()["error"]["code"] == "rate_limited"
     assert health.status_code == 200  # operations endpoints are not limited
 

@@ -59,6 +59,9 @@ class LeaderLock:
         its own lock back at once instead of waiting out the TTL after a crash."""
         self.client, self.key, self.ttl_s = client, f"gauntlet:leader:{hotkey}", ttl_s
         self.token = token or uuid.uuid4().hex
+        # Lua scripts run atomically in Redis (registered once, then called by their SHA)
+        self._extend = client.register_script(_EXTEND_IF_MINE) if client is not None else None
+        self._delete = client.register_script(_DELETE_IF_MINE) if client is not None else None
 
     def acquire(self) -> bool:
         """Take or extend the lock; False when another process holds it or Redis is unreachable."""
@@ -68,7 +71,8 @@ class LeaderLock:
             if self.client.set(self.key, self.token, nx=True, ex=self.ttl_s):
                 return True
             # extend only if still ours, atomically (a get-then-expire could extend a new holder's lock)
-            return bool(self.client.eval(_EXTEND_IF_MINE, 1, self.key, self.token, self.ttl_s))
+            assert self._extend is not None
+            return bool(self._extend(keys=[self.key], args=[self.token, self.ttl_s]))
         except redis.RedisError as e:
             log.warning("leader_lock_unavailable", error=str(e))
             return False
@@ -77,7 +81,8 @@ class LeaderLock:
         if self.client is None:
             return
         try:
-            self.client.eval(_DELETE_IF_MINE, 1, self.key, self.token)
+            if self._delete is not None:
+                self._delete(keys=[self.key], args=[self.token])
         except redis.RedisError as e:
             log.warning("leader_lock_release_failed", error=str(e))
 
