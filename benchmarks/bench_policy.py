@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,6 +23,9 @@ from scoring.aggregation import aggregate_into
 from scoring.clipping import median_norms
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyTier, PeerPayload, exact_overlap, find_copies, offender_tiers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find tests/
+from tests.uniqueness_fixtures import copy_of
 
 Update = dict[str, SparseParam]
 
@@ -47,20 +52,6 @@ def random_update(shapes: dict[str, tuple[int, ...]], rng: np.random.Generator, 
         start = int(rng.integers(0, pool.numel() - idx.size))
         # Values are views into one shared random pool: real sign patterns without 1.6 GB of copies.
         out[name] = SparseParam(shape, torch.from_numpy(idx), pool[start : start + idx.size])
-    return out
-
-
-def planted_copy(src: Update, own: Update, frac: float, rng: np.random.Generator) -> Update:
-    out = {}
-    for name, p in own.items():
-        k = p.indices.numel()
-        take = torch.zeros(k, dtype=torch.bool)
-        take[torch.from_numpy(rng.permutation(k)[: round(frac * k)])] = True
-        out[name] = SparseParam(
-            p.shape,
-            torch.where(take, src[name].indices, p.indices),
-            torch.where(take, src[name].values, p.values),
-        )
     return out
 
 
@@ -128,7 +119,7 @@ def main() -> None:
     peers = [PeerPayload(f"hk{i:03d}", f"d{i}", 100.0 + i, u) for i, u in enumerate(updates)]
     planted = {}
     for j, frac in enumerate((0.45, 0.55, 0.7)):
-        copy = planted_copy(updates[j], random_update(shapes, rng, pool), frac, rng)
+        copy = copy_of(updates[j], random_update(shapes, rng, pool), frac, rng)
         peers.append(PeerPayload(f"copy{frac}", f"c{j}", 1000.0 + j, copy))
         planted[f"copy{frac}"] = (CopyTier.HALVE, CopyTier.RESET, CopyTier.BAN)[j]
     print(

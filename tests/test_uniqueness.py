@@ -12,6 +12,7 @@ from scoring.uniqueness import (
     find_copies,
     offender_tiers,
 )
+from tests.uniqueness_fixtures import copy_of
 
 torch.set_num_threads(1)
 
@@ -34,23 +35,6 @@ def random_update(rng: np.random.Generator) -> dict[str, SparseParam]:
         idx = np.concatenate(parts)
         vals = rng.standard_normal(idx.size).astype(np.float32)
         out[name] = SparseParam(shape, torch.from_numpy(idx), torch.from_numpy(vals))
-    return out
-
-
-def copy_of(
-    src: dict[str, SparseParam], own: dict[str, SparseParam], frac: float, rng: np.random.Generator
-) -> dict[str, SparseParam]:
-    """`own`, with a random `frac` of its slots replaced by `src`'s (same stratum keeps order)."""
-    out = {}
-    for name, p in own.items():
-        k = p.indices.numel()
-        take = torch.zeros(k, dtype=torch.bool)
-        take[torch.from_numpy(rng.permutation(k)[: round(frac * k)])] = True
-        out[name] = SparseParam(
-            p.shape,
-            torch.where(take, src[name].indices, p.indices),
-            torch.where(take, src[name].values, p.values),
-        )
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scoring.ranking import PeerOutcome, RatingConfig, RatingState, Status, update_ratings
+from scoring.ranking import PeerOutcome, RatingConfig, RatingState, Status, ranked_by_uid, update_ratings
 from scoring.selection import Selection, SelectionConfig, select_peers
 from scoring.weights import WeightPolicy
 from validator.outcomes import PeerWindow
@@ -57,7 +57,6 @@ def select_window(
     )
 
 
-def weights_for(state: RatingState, policy: WeightPolicy) -> dict[int, float]:
-    """`{uid: weight}` from the current final scores, best first (ties by uid)."""
-    ranked = sorted(((r.uid, r.final) for r in state.peers.values()), key=lambda x: (-x[1], x[0]))
-    return policy.compute(ranked)
+def weights_for(state: RatingState, window: int, policy: WeightPolicy) -> dict[int, float]:
+    """`{uid: weight}` from the final scores after `window` (banned peers get nothing)."""
+    return policy.compute(ranked_by_uid(state, window))

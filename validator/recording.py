@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
 from scoring.loss_score import PeerEval
@@ -20,6 +20,7 @@ from storage.records import (
     SubmissionRecord,
     WindowRecord,
 )
+from validator.objstore import object_key
 from validator.outcomes import PeerWindow
 
 
@@ -85,7 +86,7 @@ def rating_state(records: Mapping[str, RatingRecord], window: int | None) -> Rat
 
 
 def penalty_records(
-    peers: Sequence[PeerWindow], state: RatingState, window: int, cfg: RatingConfig
+    peers: Sequence[PeerWindow], state: RatingState, cfg: RatingConfig
 ) -> list[PenaltyRecord]:
     out = []
     for p in peers:
@@ -120,11 +121,9 @@ def selection_records(selection: Selection[str], uids: Mapping[str, int]) -> lis
 
 
 def window_record(
+    header: WindowRecord,
     *,
-    window: int,
-    header: Mapping[str, object],
     peers: Sequence[PeerWindow],
-    keys: Mapping[str, str],
     state: RatingState,
     findings: Sequence[CopyFinding],
     selection: Selection[str],
@@ -132,16 +131,16 @@ def window_record(
     reference: Mapping[str, float],
     cfg: RatingConfig,
 ) -> WindowRecord:
+    """The header's window with everything the round decided in it."""
     uids = {p.hotkey: p.uid for p in peers}
-    return WindowRecord(
-        window=window,
-        submissions=[submission_record(p, keys[p.hotkey]) for p in peers],
+    return replace(
+        header,
+        submissions=[submission_record(p, object_key(header.window, p.hotkey)) for p in peers],
         evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
         ratings=[rating_record(r) for r in state.peers.values()],
-        penalties=penalty_records(peers, state, window, cfg),
+        penalties=penalty_records(peers, state, cfg),
         copy_pairs=copy_pair_records(findings),
         selections=selection_records(selection, uids),
         aggregate_digests=list(aggregate_digests),
         clip_reference=dict(reference),
-        **header,  # type: ignore[arg-type]
     )

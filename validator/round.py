@@ -16,7 +16,7 @@ from scoring.model import param_spec
 from scoring.ranking import RatingState
 from scoring.selection import Selection
 from scoring.uniqueness import CopyFinding
-from storage.archive import SubmissionArchive
+from storage.records import WindowRecord
 from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
 from validator.checking import CheckConfig, EagerDecoder, Judged, check_window, clip_reference, file_judge
 from validator.commitments import LocationPolicy
@@ -26,7 +26,7 @@ from validator.fetching import fetch_window, read_targets
 from validator.global_model import GlobalModel
 from validator.ledger import Ledger
 from validator.metrics import Metrics, StageTimer
-from validator.objstore import Fetcher, object_key
+from validator.objstore import Fetcher
 from validator.outcomes import PeerWindow
 from validator.policy import PolicyConfig, rate_window, select_window
 from validator.publishing import SelectionPublisher, selection_document
@@ -71,7 +71,6 @@ class Round:
     model: GlobalModel
     ratings: RatingState
     ledger: Ledger
-    archive: SubmissionArchive
     weigher: Weigher
     cfg: RoundConfig
     validator_hotkey: str | None = None
@@ -102,20 +101,18 @@ def run_window(r: Round, window: int) -> WindowReport:
     with timer("rate"):
         ratings = rate_window(r.ratings, peers, window, r.cfg.policy)
         selection = select_window(ratings, peers, window, r.cfg.policy)
-        chosen = [p for h in selection.gather for p in peers if p.hotkey == h and p.update is not None]
-        digests = [p.update.digest for p in chosen if p.update is not None]
+        updates = {p.hotkey: p.update for p in peers if p.update is not None}
+        chosen = [updates[h] for h in selection.gather]  # selection only picks valid peers
+        digests = [u.digest for u in chosen]
     with timer("commit"):
-        header = _header(r, window, held.seed, timer.seconds)
         record = window_record(
-            window=window, header=header, peers=peers,
-            keys={p.hotkey: object_key(window, p.hotkey) for p in peers},
-            state=ratings, findings=findings, selection=selection, aggregate_digests=digests,
-            reference=reference, cfg=r.cfg.policy.rating,
+            _header(r, window, held.seed, timer.seconds), peers=peers, state=ratings, findings=findings,
+            selection=selection, aggregate_digests=digests, reference=reference, cfg=r.cfg.policy.rating,
         )  # fmt: skip
         r.ledger.commit(record)
     r.hook("commit", window)
     with timer("aggregate"):
-        r.model.advance([p.update.params for p in chosen if p.update], digests, reference, r.cfg.outer_lr)
+        r.model.advance([u.params for u in chosen], digests, reference, r.cfg.outer_lr)
         r.ratings = ratings
         r.ledger.maybe_checkpoint(r.model)
         r.ledger.prune(window)
@@ -142,7 +139,7 @@ def _fetch_and_decode(r: Round, window: int) -> tuple[list[PeerWindow], dict[str
         base=r.model.base,
         spec=param_spec(r.model.model),
         cfg=r.cfg.check,
-        archive=r.archive.put,
+        archive=r.ledger.archive.put,
     )
     eager = EagerDecoder(judge, {t.hotkey: t.uid for t in targets})
     try:
@@ -157,7 +154,7 @@ def _check(
 ) -> tuple[list[PeerWindow], list[CopyFinding]]:
     return check_window(
         peers, window=window, base=r.model.base, spec=param_spec(r.model.model), cfg=r.cfg.check,
-        archive=r.archive.put, seen_before=lambda digests: r.ledger.seen_before(digests, window),
+        archive=r.ledger.archive.put, seen_before=lambda digests: r.ledger.seen_before(digests, window),
         secret_seed=seed, ready=judged,
     )  # fmt: skip
 
@@ -181,15 +178,16 @@ def _evaluate(
     return out
 
 
-def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> dict[str, object]:
-    return {
-        "base_fingerprint": r.model.base,
-        "heldout_seed": seed,
-        "config_digest": r.cfg.config_digest,
-        "code_version": r.cfg.code_version,
-        "start_block": r.cfg.window.first_block(window),
-        "timings": dict(timings),
-    }
+def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> WindowRecord:
+    return WindowRecord(
+        window=window,
+        base_fingerprint=r.model.base,
+        heldout_seed=seed,
+        config_digest=r.cfg.config_digest,
+        code_version=r.cfg.code_version,
+        start_block=r.cfg.window.first_block(window),
+        timings=dict(timings),
+    )
 
 
 def _report_metrics(r: Round, window: int, peers: Sequence[PeerWindow]) -> None:

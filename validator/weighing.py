@@ -45,7 +45,7 @@ class Weigher:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
         if not self.due(window):
             return None
-        weights = weights_for(ratings, self.policy)
+        weights = weights_for(ratings, window, self.policy)
         uids = sorted(weights)
         values = [weights[u] for u in uids]
         if not weights:

@@ -159,6 +159,6 @@ def build_round(
     fetcher = Fetcher(FetchConfig(max_bytes=cap, put_window_s=s.put_window_s, grace_s=s.put_grace_s))
     return Round(
         chain=chain, fetcher=fetcher, locations=locations, dataset=dataset, model=gm, ratings=ratings,
-        ledger=ledger, archive=ledger.archive, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
+        ledger=ledger, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
         events=events, metrics=metrics, hook=hook or no_hook, publisher=publisher(s, signer),
     )  # fmt: skip

@@ -66,7 +66,7 @@ class SimNetwork:
         """Every peer takes its turn (copiers last); returns which peers published."""
         published: dict[str, bytes] = {}
         done: dict[str, bool] = {}
-        for p in sorted(self.peers, key=lambda p: (getattr(p.behaviour, "order", 0), p.uid)):
+        for p in sorted(self.peers, key=lambda p: (p.behaviour.order, p.uid)):
             ctx = PeerContext(
                 window=window, uid=p.uid, signer=p.signer, base=base, model=model,
                 published=dict(published), last_aggregate=last_aggregate, tools=self.tools, memory=p.memory,

@@ -25,8 +25,12 @@ def load_plugin(path: Path) -> dict[str, Behaviour]:
         raise ValueError(f"{path} must define a non-empty BEHAVIOURS list")
     out: dict[str, Behaviour] = {}
     for b in found:
-        if not (isinstance(getattr(b, "name", None), str) and callable(getattr(b, "submit", None))):
-            raise ValueError(f"{path}: {b!r} has no `name` and `submit(ctx)`")
+        if not (
+            isinstance(getattr(b, "name", None), str)
+            and isinstance(getattr(b, "order", None), int)
+            and callable(getattr(b, "submit", None))
+        ):
+            raise ValueError(f"{path}: {b!r} needs `name: str`, `order: int` and `submit(ctx)`")
         out[b.name] = b
     return out
 
