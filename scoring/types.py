@@ -46,6 +46,9 @@ class Reason:
     FETCH_FAILED: Final = "fetch_failed"
     NO_LOCATION: Final = "no_location"
     BAD_LOCATION: Final = "bad_location"
+    ZERO_UPDATE: Final = "zero_update"  # an update with (near) zero norm: it would capture the clip reference
+    INTERNAL_ERROR: Final = "internal_error"  # judging this peer raised; the window goes on without it
+    NOT_ATTEMPTED: Final = "not_attempted"  # the window's fetch budget ran out first: not penalised
 
 
 @dataclass(frozen=True, slots=True)
