@@ -59,6 +59,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     heads = int(hf["num_attention_heads"])
     if "head_dim" in hf and int(hf["head_dim"]) * heads != int(hf["hidden_size"]):
         raise ValueError("head_dim × heads must equal hidden_size")
+    theta, scaling = rope_from_hf(hf)
     return ModelConfig(
         vocab_size=int(hf["vocab_size"]),
         dim=int(hf["hidden_size"]),
@@ -67,27 +68,57 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         n_kv_heads=int(hf.get("num_key_value_heads", heads)),
         ffn_dim=int(hf["intermediate_size"]),
         max_seq_len=int(hf.get("max_position_embeddings", 2048)),
-        rope_theta=float(hf.get("rope_theta", 10000.0)),
+        rope_theta=theta,
         norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        rope_scaling=rope_scaling_from_hf(hf.get("rope_scaling")),
+        rope_scaling=scaling,
     )
+
+
+def rope_from_hf(hf: dict[str, Any]) -> tuple[float, RopeScaling | None]:
+    """(theta, scaling) from either layout: transformers >= 5 writes one `rope_parameters` block
+    (theta inside it), older versions top-level `rope_theta` + `rope_scaling`. Reading only the old
+    keys would load a new checkpoint silently wrong (theta 10000, no scaling), so both are read, and
+    a config whose two layouts disagree is refused rather than guessed."""
+    legacy_theta, legacy_scaling = hf.get("rope_theta"), hf.get("rope_scaling")
+    default_theta = float(legacy_theta if legacy_theta is not None else 10000.0)
+    params = hf.get("rope_parameters")
+    if params is None:
+        return default_theta, rope_scaling_from_hf(legacy_scaling)
+    if not isinstance(params, dict) or not ({"rope_type", "type", "rope_theta"} & params.keys()):
+        # e.g. one block per attention type ({"full_attention": {...}, ...}): not a LLaMA layout.
+        raise ValueError(f"unsupported rope_parameters {params!r}")
+    theta = float(params.get("rope_theta", default_theta))
+    scaling = rope_scaling_from_hf(params)
+    if legacy_theta is not None and float(legacy_theta) != theta:
+        raise ValueError(f"rope_theta {legacy_theta} disagrees with rope_parameters {theta}")
+    if legacy_scaling is not None and rope_scaling_from_hf(legacy_scaling) != scaling:
+        raise ValueError("rope_scaling disagrees with rope_parameters")
+    return theta, scaling
 
 
 def rope_scaling_from_hf(raw: dict[str, Any] | None) -> RopeScaling | None:
+    """The scaling part of a `rope_scaling` or `rope_parameters` block; only llama3 is implemented."""
     if raw is None:
         return None
-    kind = raw.get("rope_type", raw.get("type"))
+    if not isinstance(raw, dict):
+        raise ValueError(f"unsupported rope scaling {raw!r}")
+    if float(raw.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError("partial rotary embeddings are not supported")
+    kind = raw.get("rope_type", raw.get("type", "default"))
     if kind == "default":
         return None
     if kind != "llama3":
-        raise ValueError(f"unsupported rope_scaling type {kind!r}")
-    return RopeScaling(
-        factor=float(raw["factor"]),
-        low_freq_factor=float(raw["low_freq_factor"]),
-        high_freq_factor=float(raw["high_freq_factor"]),
-        original_max_position_embeddings=int(raw["original_max_position_embeddings"]),
-    )
+        raise ValueError(f"unsupported rope type {kind!r} (only default and llama3 are implemented)")
+    try:
+        return RopeScaling(
+            factor=float(raw["factor"]),
+            low_freq_factor=float(raw["low_freq_factor"]),
+            high_freq_factor=float(raw["high_freq_factor"]),
+            original_max_position_embeddings=int(raw["original_max_position_embeddings"]),
+        )
+    except KeyError as missing:
+        raise ValueError(f"llama3 rope scaling lacks {missing}") from None
 
 
 def weight_map(path: Path) -> dict[str, str]:
