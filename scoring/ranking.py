@@ -7,7 +7,13 @@ Choices where the design leaves room (all configurable):
 - the BMA warm-up counts *evaluated* windows (the windows in which the BMA moved); the 0.10 gate
   applies from the (warm-up + 1)-th evaluation on, to the final score only (the stored BMA is kept);
 - a valid submission that was not sampled for evaluation keeps its final score as it was;
+- only evaluated peers enter the match: a missing or invalid peer is penalised on its own, never
+  entered as an opponent that everybody else beats (that lifted every evaluated peer, cheaters too);
 - missing, early and late submissions count as misses; invalid ones set the final score to 0;
+- a peer the fetch never got to (`skipped`) is left as it was: no match, no penalty;
+- training is *proven* once the one-sided lower confidence bound (Wilson, `proof_z`) of the peer's
+  rate of +1 indicators reaches `proof_rate`: honest peers prove in ~95 % of windows, lazy ones in
+  ~50 % (MEASURED.md), so three +1 in a row prove an honest peer while a coin flip rarely does;
 - a banned peer is still rated, but its final score is 0 until `window >= ban_until`;
 - a ban covers the window it was found in and the next `ban_windows − 1`;
 - a peer absent from the outcomes is inactive; after `inactive_reset_windows` it is dropped;
@@ -17,6 +23,7 @@ Choices where the design leaves room (all configurable):
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -34,6 +41,7 @@ class Status(StrEnum):
     EARLY = "early"
     LATE = "late"
     INVALID = "invalid"
+    SKIPPED = "skipped"  # the fetch never reached the peer (not_attempted): nothing is known
 
 
 _MISSED = frozenset({Status.MISSING, Status.EARLY, Status.LATE})
@@ -45,10 +53,11 @@ class RatingConfig:
     sigma: float = 25.0 / 3.0
     beta: float = 7.0
     tau: float = 0.1
-    absent_score: float = -99.0
     bma_alpha: float = 0.05
     bma_threshold: float = 0.10
     bma_warmup: int = 10
+    proof_rate: float = 0.5
+    proof_z: float = 1.645  # one-sided 95 %
     penalties: PenaltyConfig = field(default_factory=PenaltyConfig)
 
     def __post_init__(self) -> None:
@@ -56,6 +65,8 @@ class RatingConfig:
             raise ValueError("need sigma > 0, beta > 0, tau >= 0")
         if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
             raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
+        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0:
+            raise ValueError("need 0 <= proof_rate < 1 and proof_z >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +98,7 @@ class PeerRating:
     sigma: float
     bma: float = 0.0
     evaluations: int = 0
+    positives: int = 0  # evaluations whose indicator was +1
     windows_seen: int = 0
     consecutive_misses: int = 0
     consecutive_negative: int = 0
@@ -107,8 +119,10 @@ class PeerRating:
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> PeerRating:
-        names = {f.name for f in dataclasses.fields(PeerRating)}
-        if set(data) != names:
+        fields = dataclasses.fields(PeerRating)
+        required = {f.name for f in fields if f.default is dataclasses.MISSING}
+        names = {f.name for f in fields}
+        if not required <= set(data) <= names:  # states stored before a field existed take its default
             raise ValueError(f"peer rating fields differ: {sorted(set(data) ^ names)}")
         return PeerRating(**data)
 
@@ -147,6 +161,17 @@ def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
     return max(peer.ordinal, 0.0) * max(bma, 0.0) * sync
 
 
+def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
+    """Has the peer proven that it trains on its own data (Wilson lower bound of its +1 rate)?"""
+    n = peer.evaluations
+    if n == 0:
+        return False
+    z2, rate = cfg.proof_z**2, peer.positives / n
+    centre = rate + z2 / (2 * n)
+    spread = cfg.proof_z * math.sqrt(rate * (1.0 - rate) / n + z2 / (4 * n * n))
+    return (centre - spread) / (1.0 + z2 / n) >= cfg.proof_rate
+
+
 def update_bma(bma: float, indicator: int, alpha: float) -> float:
     return (1.0 - alpha) * bma + alpha * indicator
 
@@ -176,12 +201,11 @@ def update_ratings(
 def play_match(
     peers: Mapping[str, PeerRating], outcomes: Sequence[PeerOutcome], cfg: RatingConfig
 ) -> dict[str, PeerRating]:
-    """One Plackett-Luce match over evaluated peers and, at `absent_score`, missing/invalid ones."""
-    entrants = sorted(
-        (o.hotkey, o.score if o.score is not None else cfg.absent_score)
-        for o in outcomes
-        if o.score is not None or o.status is not Status.OK
-    )
+    """One Plackett-Luce match over the evaluated peers only.
+
+    Absent and invalid peers are penalised on their own (`_apply_outcome`): entered at
+    `absent_score` they would hand every evaluated peer a free win, junk uploaders lifting cheaters."""
+    entrants = sorted((o.hotkey, o.score) for o in outcomes if o.score is not None)
     out = dict(peers)
     if len(entrants) < 2:
         return out
@@ -215,11 +239,14 @@ def _recycled(peer: PeerRating, outcomes: Sequence[PeerOutcome]) -> bool:
 
 def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingConfig) -> PeerRating:
     peer = replace(peer, windows_seen=peer.windows_seen + 1, inactive_windows=0)
+    if o.status is Status.SKIPPED:
+        return peer
     if o.score is not None and o.indicator is not None:
         peer = replace(
             peer,
             bma=update_bma(peer.bma, o.indicator, cfg.bma_alpha),
             evaluations=peer.evaluations + 1,
+            positives=peer.positives + (o.indicator > 0),
             last_evaluated=window,
             consecutive_misses=0,
             consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,

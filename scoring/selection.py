@@ -1,9 +1,20 @@
-"""Which peers are aggregated this window (DESIGN.md §8): gather set and reserve backfill."""
+"""Which peers are aggregated this window (DESIGN.md §8): gather set and reserve backfill.
+
+`select_aggregation` is the policy the round uses. Inclusion is decided by evidence, order by rating:
+a peer is aggregated when it has *proven* its training (ranking.proven), its indicator is +1 and its
+held-out gain this window reaches `gain_floor` × the median gain of the window's other admissible
+peers (the honest consensus). Everybody who passes is aggregated, up to `gather_peers`, best final
+score first: a rating at 0 among equals no longer throws proven honest work away, and a peer whose
+contribution is a small fraction of the consensus (a perturbed copy, half of a split update, a stale
+update) no longer dilutes the equal-weight mean. Of a pair of near-identical payloads whose upload
+order is unclear (`twins`) only one is aggregated: the better rated, then the smaller key.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Generic, TypeVar
 
 from scoring.ranking import RatingState
@@ -17,10 +28,27 @@ class SelectionConfig:
     reserve_peers: int = 10
     max_negative_streak: int = 3  # excluded at this many consecutive negative scores
     require_positive: bool = False  # False lets a cold start (all scores 0) still train
+    gain_floor: float = 0.5  # of the median gain of the window's admissible peers
+    require_indicator: bool = True  # the update must prove training this window too
 
     def __post_init__(self) -> None:
         if self.gather_peers < 1 or self.reserve_peers < 0 or self.max_negative_streak < 1:
             raise ValueError("need gather_peers >= 1, reserve_peers >= 0, max_negative_streak >= 1")
+        if not 0.0 <= self.gain_floor <= 1.0:
+            raise ValueError("need 0 <= gain_floor <= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One peer with a valid submission this window, as the aggregation policy sees it."""
+
+    key: str
+    final: float
+    proven: bool
+    gain: float | None  # held-out score this window; None when it was not evaluated
+    indicator: int | None
+    banned: bool = False
+    neg_streak: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +93,27 @@ def select_from_ratings(
         {h: p.consecutive_negative for h, p in peers.items()},
         cfg,
     )
+
+
+def select_aggregation(
+    candidates: Sequence[Candidate],
+    cfg: SelectionConfig = SelectionConfig(),
+    twins: Sequence[tuple[str, str]] = (),
+) -> Selection[str]:
+    """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
+    admissible = [c for c in candidates if _admissible(c, cfg)]
+    gains = [c.gain for c in admissible if c.gain is not None]
+    floor = cfg.gain_floor * median(gains) if gains else 0.0
+    kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
+    for a, b in sorted(tuple(sorted(t)) for t in twins):
+        if a in kept and b in kept:
+            drop = a if (kept[a].final, b) < (kept[b].final, a) else b
+            del kept[drop]
+    ranked = sorted(kept.values(), key=lambda c: (-c.final, -(c.gain or 0.0), c.key))
+    keys = [c.key for c in ranked]
+    return Selection(tuple(keys[: cfg.gather_peers]), tuple(keys[cfg.gather_peers :][: cfg.reserve_peers]))
+
+
+def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:
+    evidence = c.gain is not None and c.gain > 0.0 and (not cfg.require_indicator or c.indicator == 1)
+    return evidence and c.proven and not c.banned and c.neg_streak < cfg.max_negative_streak

@@ -10,6 +10,7 @@ from scoring.ranking import (
     RatingState,
     Status,
     final_score,
+    proven,
     update_bma,
     update_ratings,
 )
@@ -34,10 +35,54 @@ def test_match_of_fresh_peers_matches_openskill_reference() -> None:
         assert (p.mu, p.sigma, p.ordinal) == pytest.approx((mu, sigma, ordinal), abs=1e-4)
 
 
-def test_missing_peer_enters_at_minus_99() -> None:
-    outcomes = [ok("a", 0, 0.004), PeerOutcome("b", 1, Status.MISSING)]
-    p = update_ratings(RatingState(), 1, outcomes, CFG).peers["a"]
-    assert (p.mu, p.sigma, p.ordinal) == pytest.approx((27.2562, 8.1669, 2.7555), abs=1e-4)
+def test_absent_and_invalid_peers_are_not_opponents() -> None:
+    """Junk uploaders must not lift anybody: only evaluated peers play the match."""
+    evaluated = [ok("a", 0, 0.004), ok("b", 1, 0.002)]
+    junk = [
+        PeerOutcome(f"j{i}", 10 + i, s) for i, s in enumerate((Status.MISSING, Status.INVALID, Status.LATE))
+    ]
+    alone = update_ratings(RatingState(), 1, evaluated, CFG)
+    with_junk = update_ratings(RatingState(), 1, evaluated + junk, CFG)
+    for h in ("a", "b"):
+        assert (with_junk.peers[h].mu, with_junk.peers[h].sigma) == (alone.peers[h].mu, alone.peers[h].sigma)
+    lone = update_ratings(RatingState(), 1, [ok("a", 0, 0.004), junk[0]], CFG).peers["a"]
+    assert (lone.mu, lone.sigma) == (CFG.mu, CFG.sigma)  # nobody to play against
+    assert with_junk.peers["j1"].final == 0.0 and with_junk.peers["j0"].consecutive_misses == 1
+
+
+def test_skipped_peer_is_left_as_it_was() -> None:
+    """A peer the fetch never reached (not_attempted) is neither matched nor penalised."""
+    before = update_ratings(RatingState(), 1, [ok("a", 0, 0.004), ok("b", 1, 0.001)], CFG)
+    after = update_ratings(before, 2, [ok("b", 1, 0.002), PeerOutcome("a", 0, Status.SKIPPED)], CFG)
+    a0, a1 = before.peers["a"], after.peers["a"]
+    assert (a1.mu, a1.sigma, a1.final, a1.bma, a1.consecutive_misses) == (
+        a0.mu, a0.sigma, a0.final, a0.bma, a0.consecutive_misses,
+    )  # fmt: skip
+    assert a1.inactive_windows == 0
+
+
+def test_proof_of_training_needs_a_confident_rate_of_plus_ones() -> None:
+    def peer(evaluations: int, positives: int) -> PeerRating:
+        return PeerRating("a", 0, 25.0, 8.0, evaluations=evaluations, positives=positives)
+
+    assert not proven(peer(0, 0), CFG) and not proven(peer(2, 2), CFG)
+    assert proven(peer(3, 3), CFG)  # three +1 in a row: Wilson bound 0.526 >= 0.5
+    assert not proven(peer(4, 3), CFG)  # a coin flip's typical record stays unproven
+    assert proven(peer(10, 9), CFG) and not proven(peer(10, 7), CFG)
+    state = RatingState()
+    for w, indicator in enumerate((1, -1, 1, 1, 1, 1)):
+        state = update_ratings(state, w, [ok("a", 0, 0.01, indicator)], CFG)
+    assert (state.peers["a"].evaluations, state.peers["a"].positives) == (6, 5)
+
+
+def test_states_stored_before_new_fields_still_load() -> None:
+    data = PeerRating("a", 0, 25.0, 8.0, evaluations=3).to_dict()
+    del data["positives"]
+    assert PeerRating.from_dict(data).positives == 0
+    with pytest.raises(ValueError):
+        PeerRating.from_dict({**data, "bogus": 1})
+    with pytest.raises(ValueError):
+        PeerRating.from_dict({k: v for k, v in data.items() if k != "mu"})
 
 
 def test_bma_after_consecutive_positive_indicators() -> None:

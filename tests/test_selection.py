@@ -1,7 +1,13 @@
 import pytest
 
 from scoring.ranking import PeerRating, RatingState, ranked_by_uid
-from scoring.selection import SelectionConfig, select_from_ratings, select_peers
+from scoring.selection import (
+    Candidate,
+    SelectionConfig,
+    select_aggregation,
+    select_from_ratings,
+    select_peers,
+)
 
 
 def test_gather_and_reserve_by_score_with_key_tie_break() -> None:
@@ -43,3 +49,45 @@ def test_select_from_ratings_reads_state() -> None:
     assert (sel.gather, sel.reserve) == (("a",), ("d",))
     assert select_from_ratings(state, {"b"}, 10).gather == ("b",)  # ban over
     assert ranked_by_uid(state, 5) == [(2, 5.0), (0, 3.0), (3, 1.0), (1, 0.0)]
+
+
+def cand(key: str, gain: float | None = 0.01, **kw: object) -> Candidate:
+    fields: dict[str, object] = {"final": 0.0, "proven": True, "indicator": 1, **kw}
+    return Candidate(key, gain=gain, **fields)  # type: ignore[arg-type]
+
+
+def test_every_proven_contributor_is_aggregated_even_at_final_zero() -> None:
+    """Among equals about half sit at ordinal <= 0: their proven work must still count."""
+    peers = [cand("a", final=2.0), cand("b"), cand("c"), cand("d", final=1.0, gain=0.012)]
+    assert select_aggregation(peers).gather == ("a", "d", "b", "c")
+
+
+def test_unproven_unevaluated_and_failing_peers_are_left_out() -> None:
+    peers = [
+        cand("honest"),
+        cand("warming_up", final=9.0, proven=False),  # positive final, no proof yet: the warm-up leak
+        cand("minus_one", indicator=-1),
+        cand("not_evaluated", gain=None, indicator=None),
+        cand("harmful", gain=-0.001),
+        cand("banned", banned=True),
+        cand("losing", neg_streak=3),
+    ]
+    assert select_aggregation(peers).gather == ("honest",)
+
+
+def test_weak_positive_peers_below_the_floor_do_not_dilute() -> None:
+    peers = [cand(k, 0.010 + i * 1e-4) for i, k in enumerate("abcd")] + [cand("weak", 0.004)]
+    assert "weak" not in select_aggregation(peers).gather
+    assert select_aggregation(peers, SelectionConfig(gain_floor=0.3)).gather[-1] == "weak"
+
+
+def test_only_one_of_twins_is_aggregated() -> None:
+    peers = [cand("a"), cand("b", final=1.0), cand("c")]
+    assert select_aggregation(peers, twins=[("b", "a")]).gather == ("b", "c")
+    assert select_aggregation(peers, twins=[("c", "a")]).gather == ("b", "a")  # tie: smaller key
+
+
+def test_gather_cap_spills_into_reserve() -> None:
+    peers = [cand(k, final=float(i)) for i, k in enumerate("abc")]
+    sel = select_aggregation(peers, SelectionConfig(gather_peers=2, reserve_peers=5))
+    assert (sel.gather, sel.reserve) == (("c", "b"), ("a",))

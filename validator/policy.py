@@ -5,8 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scoring.ranking import PeerOutcome, RatingConfig, RatingState, Status, ranked_by_uid, update_ratings
-from scoring.selection import Selection, SelectionConfig, select_peers
+from scoring.ranking import (
+    PeerOutcome,
+    RatingConfig,
+    RatingState,
+    Status,
+    proven,
+    ranked_by_uid,
+    update_ratings,
+)
+from scoring.selection import Candidate, Selection, SelectionConfig, select_aggregation
+from scoring.types import Reason
 from scoring.weights import WeightPolicy
 from validator.outcomes import PeerWindow
 
@@ -15,6 +24,11 @@ from validator.outcomes import PeerWindow
 class PolicyConfig:
     rating: RatingConfig = RatingConfig()
     selection: SelectionConfig = SelectionConfig()
+
+
+def _status(p: PeerWindow) -> Status:
+    """A peer the fetch never got to is `skipped`: the validator's budget ran out, not the peer."""
+    return Status.SKIPPED if p.reason == Reason.NOT_ATTEMPTED else Status(p.status)
 
 
 def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
@@ -27,7 +41,7 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
             PeerOutcome(
                 hotkey=p.hotkey,
                 uid=p.uid,
-                status=Status(p.status),
+                status=_status(p),
                 score=e.score if e is not None and p.valid else None,
                 indicator=e.indicator if e is not None and p.valid else None,
                 sync=1.0,
@@ -44,17 +58,27 @@ def rate_window(
 
 
 def select_window(
-    state: RatingState, peers: Sequence[PeerWindow], window: int, cfg: PolicyConfig
+    state: RatingState,
+    peers: Sequence[PeerWindow],
+    window: int,
+    cfg: PolicyConfig,
+    twins: Sequence[tuple[str, str]] = (),
 ) -> Selection[str]:
-    """Top peers by final score among this window's valid submissions (bans, losing streaks out)."""
-    ratings = state.peers
-    return select_peers(
-        final_scores={h: r.final for h, r in ratings.items()},
-        valid=[p.hotkey for p in peers if p.valid],
-        banned={h for h, r in ratings.items() if r.banned(window)},
-        neg_streaks={h: r.consecutive_negative for h, r in ratings.items()},
-        cfg=cfg.selection,
-    )
+    """Every peer that proved its training and contributes, ordered by final score
+    (scoring/selection.py); `twins` are near-identical pairs whose upload order was unclear."""
+    candidates = []
+    for p in peers:
+        r, e = state.peers.get(p.hotkey), p.evaluation
+        if not p.valid or r is None:
+            continue
+        candidates.append(
+            Candidate(
+                key=p.hotkey, final=r.final, proven=proven(r, cfg.rating),
+                gain=e.score if e is not None else None, indicator=e.indicator if e is not None else None,
+                banned=r.banned(window), neg_streak=r.consecutive_negative,
+            )
+        )  # fmt: skip
+    return select_aggregation(candidates, cfg.selection, twins)
 
 
 def weights_for(state: RatingState, window: int, policy: WeightPolicy) -> dict[int, float]:
