@@ -22,10 +22,10 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from api import routes_ops, routes_peers, routes_windows
+from api import routes_ops, routes_peers, routes_windows, server
 from api.deps import AppState, build_state
 from api.events import relay_events
-from api.http import install_error_handlers
+from api.http import SecurityHeadersMiddleware, install_error_handlers
 from api.metrics import MetricsMiddleware
 from api.routes_ops import STATIC_DIR
 from api.settings import ApiConfig
@@ -85,22 +85,13 @@ def create_app(config: ApiConfig) -> FastAPI:
             expose_headers=["ETag", "Retry-After"],
         )
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(SecurityHeadersMiddleware)
     return app
 
 
 def build_server(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000) -> uvicorn.Server:
     """A uvicorn server for the app; set `.should_exit = True` to stop it (e.g. from the demo)."""
-    return uvicorn.Server(
-        uvicorn.Config(
-            create_app(config),
-            host=host,
-            port=port,
-            log_level="warning",
-            access_log=False,
-            # Open event streams would otherwise hold shutdown forever.
-            timeout_graceful_shutdown=2,
-        )
-    )
+    return server.build_server(create_app(config), config, host, port)
 
 
 def serve(config: ApiConfig, host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -8,11 +8,12 @@ never change once committed.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
@@ -21,6 +22,25 @@ from api.redis_gate import RedisGate
 from storage.records import WindowRecord, WindowSummary
 
 StoredWindow = tuple[WindowSummary, WindowRecord]
+T = TypeVar("T")
+
+
+class TimedMemo(Generic[T]):
+    """The last result of an async computation, reused for `ttl_s`; concurrent callers wait for one
+    run instead of each starting their own (so a flood of probes costs one database read a second)."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self._ttl_s = ttl_s
+        self._value: T | None = None
+        self._until = float("-inf")
+        self._lock = asyncio.Lock()
+
+    async def get(self, compute: Callable[[], Awaitable[T]]) -> T:
+        async with self._lock:
+            if self._value is None or time.monotonic() >= self._until:
+                self._value = await compute()
+                self._until = time.monotonic() + self._ttl_s
+            return self._value
 
 
 class CommitTracker:

@@ -12,8 +12,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from api.cache import CommitTracker, ResponseCache, WindowMemo
-from api.events import EventBroker
+from api.cache import CommitTracker, ResponseCache, TimedMemo, WindowMemo
+from api.events import EventBroker, StreamSlots
 from api.metrics import ApiMetrics
 from api.ratelimit import RateLimiter
 from api.redis_gate import RedisGate
@@ -32,10 +32,13 @@ class AppState:
     redis: RedisGate
     cache: ResponseCache
     limiter: RateLimiter
+    ops_limiter: RateLimiter
     commits: CommitTracker
     memo: WindowMemo
     broker: EventBroker
     metrics: ApiMetrics
+    streams: StreamSlots
+    readiness: TimedMemo[tuple[int, bytes]]  # (status code, body) of /readyz
 
     def read_sync(self, work: Callable[[Session], T]) -> T:
         """Run `work` in one session that is rolled back, never committed."""
@@ -84,10 +87,15 @@ def build_state(config: ApiConfig) -> AppState:
         redis=gate,
         cache=ResponseCache(gate, prefix=config.redis_prefix, ttl_s=config.cache_ttl_s, metrics=metrics),
         limiter=RateLimiter(gate, prefix=config.redis_prefix, per_minute=config.rate_limit_per_minute),
+        ops_limiter=RateLimiter(
+            gate, prefix=f"{config.redis_prefix}ops:", per_minute=config.ops_rate_limit_per_minute
+        ),
         commits=commits,
         memo=WindowMemo(config.window_memo_size),
         broker=EventBroker(on_event),
         metrics=metrics,
+        streams=StreamSlots(config.max_streams, config.max_streams_per_client),
+        readiness=TimedMemo(config.readiness_ttl_s),
     )
 
 
@@ -99,10 +107,25 @@ def get_state(request: Request) -> AppState:
 StateDep = Annotated[AppState, Depends(get_state)]
 
 
-async def rate_limit(request: Request, state: StateDep) -> None:
-    """Refuses a client over its per-minute budget with 429 and Retry-After."""
-    client = request.client.host if request.client else "unknown"
-    wait = await state.limiter.check(client)
+def client_address(request: Request) -> str:
+    """The client's address: the socket peer, or what a trusted proxy forwarded (uvicorn's proxy
+    header middleware rewrites it only for `ApiConfig.trusted_proxies`)."""
+    return request.client.host if request.client else "unknown"
+
+
+async def _limit(limiter: RateLimiter, request: Request, state: AppState) -> None:
+    wait = await limiter.check(client_address(request))
     if wait is not None:
         state.metrics.rate_limited.inc()
         raise HTTPException(429, "too many requests", headers={"Retry-After": str(wait)})
+
+
+async def rate_limit(request: Request, state: StateDep) -> None:
+    """Refuses a client over its per-minute budget with 429 and Retry-After."""
+    await _limit(state.limiter, request, state)
+
+
+async def ops_rate_limit(request: Request, state: StateDep) -> None:
+    """The same for operations endpoints, on a budget of their own: a scraper and a dashboard from
+    one address do not starve each other."""
+    await _limit(state.ops_limiter, request, state)

@@ -14,6 +14,8 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 EVENTS_CHANNEL: Final = "gauntlet:events"
 EVENT_TYPES: Final = frozenset({"window_opened", "peer_scored", "window_committed", "weights_set"})
@@ -72,16 +74,72 @@ class EventBroker:
                 self.dropped += 1
 
 
-async def stream_events(broker: EventBroker, keepalive_s: float) -> AsyncIterator[bytes]:
-    """The body of GET /v1/events: a retry hint, then events, with a comment line while idle."""
+class StreamSlots:
+    """Counts open event streams, in all and per client address.
+
+    Each stream holds a connection and a descriptor for as long as the client likes, so without a
+    cap one client within its request budget can exhaust the process's descriptors.
+    """
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self._total = total
+        self._per_client = per_client
+        self._open: dict[str, int] = {}
+        self._n = 0
+
+    def acquire(self, client: str) -> bool:
+        """Takes a slot for `client`, or returns False when it or the process is at its cap."""
+        held = self._open.get(client, 0)
+        if self._n >= self._total or held >= self._per_client:
+            return False
+        self._open[client] = held + 1
+        self._n += 1
+        return True
+
+    def release(self, client: str) -> None:
+        held = self._open.get(client, 0)
+        if held <= 0:
+            return
+        self._n -= 1
+        if held == 1:
+            del self._open[client]
+        else:
+            self._open[client] = held - 1
+
+
+class ReleasingStream(StreamingResponse):
+    """A streaming response that runs `on_close` once when it ends, however it ends: a stream that
+    fails before its first byte (the client already gone) never enters its generator's finally."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close: Callable[[], None] | None = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+                self._on_close = None
+
+
+async def stream_events(broker: EventBroker, keepalive_s: float, max_s: float) -> AsyncIterator[bytes]:
+    """The body of GET /v1/events: a retry hint, then events, with a comment line while idle.
+
+    It ends after `max_s`; an EventSource reconnects by itself, and a forgotten client lets go.
+    """
     queue = broker.subscribe()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_s
     try:
         yield b"retry: 5000\n: connected\n\n"
-        while True:
+        while (left := deadline - loop.time()) > 0:
             try:
-                event = await asyncio.wait_for(queue.get(), timeout=keepalive_s)
+                event = await asyncio.wait_for(queue.get(), timeout=min(keepalive_s, left))
             except TimeoutError:
-                yield b": keep-alive\n\n"
+                if deadline - loop.time() > 0:
+                    yield b": keep-alive\n\n"
                 continue
             yield format_sse(event)
     finally:

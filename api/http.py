@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.schemas import ErrorBody, ErrorResponse
 
@@ -30,6 +31,12 @@ STATUS_CODES: Final = {
     429: "rate_limited",
     503: "unavailable",
 }
+# Sent with every response; the dashboard and docs pages add their own Content-Security-Policy.
+SECURITY_HEADERS: Final = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
 ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
     404: {"model": ErrorResponse, "description": "unknown peer or window"},
     422: {"model": ErrorResponse, "description": "invalid parameter"},
@@ -40,9 +47,9 @@ log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -79,7 +86,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_api_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
 
     async def on_http(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -99,3 +106,25 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(OperationalError, on_database)
     app.add_exception_handler(DBAPIError, on_database)
+
+
+class SecurityHeadersMiddleware:
+    """Adds SECURITY_HEADERS to every HTTP response that does not already carry them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                present = {name.lower() for name, _ in headers}
+                headers += [(n, v) for n, v in SECURITY_HEADERS if n not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -41,7 +41,7 @@ def resolve_peer(session: Session, ident: str) -> PeerSummary:
     if len(ident) > MAX_HOTKEY_LEN or "\x00" in ident or not ident:
         raise _unknown_peer(ident)
     hotkey = ident
-    if ident.isdigit():
+    if ident.isascii() and ident.isdigit():  # str.isdigit also accepts '²', which int() refuses
         uid = int(ident)
         holders = [e for e in leaderboard(session=session) if e.uid == uid] if uid <= MAX_UID else []
         if not holders:

@@ -6,23 +6,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from api.deps import StateDep, rate_limit
-from api.events import stream_events
-from api.schemas import Health, Readiness
+from api.deps import AppState, StateDep, client_address, ops_rate_limit, rate_limit
+from api.events import ReleasingStream, stream_events
+from api.http import ERROR_RESPONSES, ApiError
+from api.schemas import ErrorResponse, Health, Readiness
 from api.window_views import below
 from storage.queries import latest_committed_window, list_windows
 
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 # The dashboard loads nothing from elsewhere: the policy makes the browser enforce it.
 DASHBOARD_CSP: Final = (
-    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'"
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
+STREAM_RETRY_S: Final = 30  # Retry-After for a refused event stream
 
 router = APIRouter(tags=["operations"])
 
@@ -40,13 +43,7 @@ def _last_commit(session: Session) -> tuple[int | None, datetime | None]:
     return latest, headers[0].committed_at if headers else None
 
 
-@router.get(
-    "/readyz",
-    response_model=Readiness,
-    summary="Database reachable and the newest commit recent enough",
-    responses={503: {"model": Readiness, "description": "not ready"}},
-)
-async def readyz(state: StateDep) -> Response:
+async def _readiness(state: AppState) -> tuple[int, bytes]:
     redis: Literal["up", "down", "disabled"] = "disabled"
     if state.redis.configured:
         redis = "up" if await state.redis.call(lambda r: r.ping()) else "down"
@@ -60,7 +57,7 @@ async def readyz(state: StateDep) -> Response:
             latest_committed_window=None,
             last_commit_age_s=None,
         )
-        return Response(body.model_dump_json(), status_code=503, media_type="application/json")
+        return 503, body.model_dump_json().encode()
     age = None if committed_at is None else (datetime.now(UTC) - committed_at).total_seconds()
     limit = state.config.max_commit_age_s
     stale = limit is not None and age is not None and age > limit
@@ -71,10 +68,28 @@ async def readyz(state: StateDep) -> Response:
         latest_committed_window=latest,
         last_commit_age_s=age,
     )
-    return Response(body.model_dump_json(), status_code=503 if stale else 200, media_type="application/json")
+    return 503 if stale else 200, body.model_dump_json().encode()
 
 
-@router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics")
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Database reachable and the newest commit recent enough",
+    responses={503: {"model": Readiness, "description": "not ready"}},
+)
+async def readyz(state: StateDep) -> Response:
+    # Computed at most once per `readiness_ttl_s`: probes cannot turn into a database load.
+    status, body = await state.readiness.get(lambda: _readiness(state))
+    return Response(body, status_code=status, media_type="application/json")
+
+
+@router.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    summary="Prometheus metrics",
+    responses={429: ERROR_RESPONSES[429]},
+    dependencies=[Depends(ops_rate_limit)],
+)
 async def metrics(state: StateDep) -> Response:
     m = state.metrics
     m.redis_up.set(1 if state.redis.up else 0)
@@ -89,12 +104,22 @@ async def metrics(state: StateDep) -> Response:
     "/v1/events",
     summary="Live events (server-sent): window_opened, peer_scored, window_committed, weights_set",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "an endless event stream"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "an event stream, closed after a while"},
+        429: ERROR_RESPONSES[429],
+        503: {"model": ErrorResponse, "description": "too many open streams (see Retry-After)"},
+    },
     dependencies=[Depends(rate_limit)],
 )
-async def events(state: StateDep) -> StreamingResponse:
-    return StreamingResponse(
-        stream_events(state.broker, state.config.keepalive_s),
+async def events(request: Request, state: StateDep) -> StreamingResponse:
+    client = client_address(request)
+    if not state.streams.acquire(client):
+        raise ApiError(
+            503, "too_many_streams", "too many open event streams", {"Retry-After": str(STREAM_RETRY_S)}
+        )
+    return ReleasingStream(
+        stream_events(state.broker, state.config.keepalive_s, state.config.stream_max_s),
+        on_close=lambda: state.streams.release(client),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

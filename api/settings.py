@@ -16,12 +16,19 @@ class ApiConfig:
     `redis_url` None runs without Redis: no shared cache, an in-process rate limit, and an event
     stream that only sends keep-alives. `rate_limit_per_minute` 0 turns rate limiting off.
     `max_commit_age_s` makes /readyz fail when the newest committed window is older (None: never).
+
+    Abuse limits: at most `max_streams` open /v1/events streams, `max_streams_per_client` per client
+    address, each closed after `stream_max_s` (browsers reconnect by themselves); the server accepts
+    `max_connections` concurrent connections (503 beyond) and closes one whose request headers are
+    not complete after `header_timeout_s`. `trusted_proxies` are the addresses whose
+    X-Forwarded-For / X-Forwarded-Proto are believed (empty: none; the socket peer is the client).
     """
 
     database_url: str
     redis_url: str | None = None
     cors_origins: tuple[str, ...] = ()
     rate_limit_per_minute: int = 1200
+    ops_rate_limit_per_minute: int = 120  # /metrics, on a budget of its own (a scraper needs ~4)
     cache_ttl_s: float = 30.0
     redis_prefix: str = "gauntlet:api:"
     events_channel: str = EVENTS_CHANNEL
@@ -33,14 +40,22 @@ class ApiConfig:
     max_commit_age_s: float | None = None
     statement_timeout_ms: int = 5_000
     pool_size: int = 8
+    max_streams: int = 200
+    max_streams_per_client: int = 8
+    stream_max_s: float = 3600.0
+    max_connections: int = 512
+    header_timeout_s: float = 10.0
+    trusted_proxies: tuple[str, ...] = ()
+    readiness_ttl_s: float = 1.0
 
     def __post_init__(self) -> None:
         make_url(self.database_url)  # raises on a malformed URL before anything connects
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"redis_url must be a redis:// URL, got {self.redis_url!r}")
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
-        if self.rate_limit_per_minute < 0:
-            raise ValueError("rate_limit_per_minute must be >= 0 (0 disables it)")
+        object.__setattr__(self, "trusted_proxies", tuple(self.trusted_proxies))
+        if self.rate_limit_per_minute < 0 or self.ops_rate_limit_per_minute < 0:
+            raise ValueError("rate limits must be >= 0 (0 disables one)")
         positive = {
             "cache_ttl_s": self.cache_ttl_s,
             "keepalive_s": self.keepalive_s,
@@ -50,6 +65,12 @@ class ApiConfig:
             "window_memo_size": self.window_memo_size,
             "statement_timeout_ms": self.statement_timeout_ms,
             "pool_size": self.pool_size,
+            "max_streams": self.max_streams,
+            "max_streams_per_client": self.max_streams_per_client,
+            "stream_max_s": self.stream_max_s,
+            "max_connections": self.max_connections,
+            "header_timeout_s": self.header_timeout_s,
+            "readiness_ttl_s": self.readiness_ttl_s,
         }
         bad = [name for name, value in positive.items() if value <= 0]
         if bad:

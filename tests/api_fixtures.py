@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ import redis
 from sqlalchemy import Engine
 
 from api.app import build_server
+from api.deps import AppState
 from api.settings import ApiConfig
 from storage.db import make_engine, session_scope
 from storage.migrate import upgrade
@@ -170,6 +172,7 @@ def free_port() -> int:
 class LiveServer:
     base_url: str
     config: ApiConfig
+    state: AppState  # the running app's state (engine, limits), for tests that look inside
 
 
 @contextmanager
@@ -185,7 +188,8 @@ def run_server(config: ApiConfig) -> Iterator[LiveServer]:
             raise RuntimeError("the API server did not start")
         time.sleep(0.02)
     try:
-        yield LiveServer(f"http://127.0.0.1:{port}", config)
+        app: Any = server.config.app
+        yield LiveServer(f"http://127.0.0.1:{port}", config, app.state.gauntlet)
     finally:
         server.should_exit = True
         thread.join(10)

@@ -20,6 +20,7 @@ def api_config(s: Settings) -> ApiConfig:
         cors_origins=tuple(s.cors_origins),
         rate_limit_per_minute=s.rate_limit_per_minute,
         max_commit_age_s=s.api_max_commit_age_s,
+        trusted_proxies=tuple(s.api_trusted_proxies),
     )
 
 

@@ -83,6 +83,7 @@ class Settings(BaseSettings):
     cors_origins: list[str] = []
     rate_limit_per_minute: int = Field(default=600, ge=0)  # 0 turns the limit off
     api_max_commit_age_s: float | None = Field(default=None, gt=0)  # /readyz fails past this age
+    api_trusted_proxies: list[str] = []  # addresses whose X-Forwarded-For is believed (api/README.md)
 
     @classmethod
     def settings_customise_sources(

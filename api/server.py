@@ -1,0 +1,88 @@
+"""The uvicorn server for the app, with limits a public endpoint needs.
+
+uvicorn closes an idle keep-alive connection, but not one whose request headers never finish: a
+client that sends half a request line holds a connection and a descriptor for good. The protocol
+here closes a connection whose request headers are not complete `header_timeout_s` after the
+connection opened or after its previous response ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from api.settings import ApiConfig
+
+
+class HeaderTimeoutProtocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline on reading each request's headers."""
+
+    header_timeout_s: float = 10.0
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:  # still waiting for a request's headers
+            self._arm_header_timer()
+        else:
+            self._disarm_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._disarm_header_timer()  # the keep-alive timer covers the idle time until the next byte
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._on_header_timeout)
+
+    def _disarm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _on_header_timeout(self) -> None:
+        self._header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+def protocol_for(config: ApiConfig) -> type[HeaderTimeoutProtocol]:
+    """A protocol class carrying this config's header timeout (uvicorn instantiates it per connection)."""
+    return type(
+        "ConfiguredHeaderTimeoutProtocol",
+        (HeaderTimeoutProtocol,),
+        {"header_timeout_s": config.header_timeout_s},
+    )
+
+
+def build_server(app: FastAPI, config: ApiConfig, host: str, port: int) -> uvicorn.Server:
+    proxies = list(config.trusted_proxies)
+    return uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            http=protocol_for(config),
+            log_level="warning",
+            access_log=False,
+            # X-Forwarded-For is believed only from configured proxies: from anyone else it would let a
+            # client pick its own address and so its own rate-limit and stream budget.
+            proxy_headers=bool(proxies),
+            forwarded_allow_ips=proxies or None,
+            limit_concurrency=config.max_connections,
+            # Open event streams would otherwise hold shutdown forever.
+            timeout_graceful_shutdown=2,
+        )
+    )
