@@ -8,7 +8,9 @@ import numpy.typing as npt
 from scoring.encoder import dequantize
 from scoring.packing import unpack2, unpack12
 from scoring.types import Reason, SparseParam, Verdict
-from scoring.wire import ChunkLayout, CodecConfig, numel_of
+from scoring.wire import ChunkLayout, CodecConfig
+
+U16 = npt.NDArray[np.uint16]
 
 
 def _check_indices(idx: npt.NDArray[np.uint16], layout: ChunkLayout, chunk: int) -> Verdict | None:
@@ -42,26 +44,32 @@ def _check_codebook(
     return None
 
 
+def indices_v1(idx_bytes: npt.NDArray[np.generic], layout: ChunkLayout, cfg: CodecConfig) -> U16 | Verdict:
+    """`gauntlet/1` indices: 12-bit fields, zero padding, each in range and increasing per chunk."""
+    idx_all = unpack12(idx_bytes.astype(np.uint8, copy=False))
+    if bool(idx_all[layout.kept :].any()):
+        return Verdict.reject(Reason.BAD_PADDING, "padding after the last index is not zero")
+    idx = idx_all[: layout.kept]
+    return _check_indices(idx, layout, cfg.chunk) or idx
+
+
 def decode_param(
     shape: tuple[int, ...],
-    idx_bytes: npt.NDArray[np.generic],
+    layout: ChunkLayout,
+    idx: U16,
     val_bytes: npt.NDArray[np.generic],
     scale: npt.NDArray[np.generic],
     lut: npt.NDArray[np.generic],
     cfg: CodecConfig,
 ) -> SparseParam | Verdict:
-    """Unpack, check and dequantize; the schema (dtypes and lengths) was checked by the caller."""
-    layout = ChunkLayout.of(numel_of(shape), cfg)
-    idx_all = unpack12(idx_bytes.astype(np.uint8, copy=False))
+    """Check and dequantize checked in-chunk indices with their 2-bit codes, scales and codebook."""
     codes_all = unpack2(val_bytes.astype(np.uint8, copy=False))
-    k = layout.kept
-    if bool(idx_all[k:].any()) or bool(codes_all[k:].any()):
-        return Verdict.reject(Reason.BAD_PADDING, "padding after the last entry is not zero")
-    idx, codes = idx_all[:k], codes_all[:k]
+    if bool(codes_all[layout.kept :].any()):
+        return Verdict.reject(Reason.BAD_PADDING, "padding after the last value code is not zero")
     scale16 = scale.astype(np.float16, copy=False)
     lut32 = lut.astype(np.float32, copy=False)
-    problem = _check_indices(idx, layout, cfg.chunk) or _check_codebook(scale16, lut32, cfg)
+    problem = _check_codebook(scale16, lut32, cfg)
     if problem is not None:
         return problem
-    indices, values = dequantize(layout, idx, codes, scale16, lut32, cfg.chunk)
+    indices, values = dequantize(layout, idx, codes_all[: layout.kept], scale16, lut32, cfg.chunk)
     return SparseParam(shape=shape, indices=indices, values=values)

@@ -13,7 +13,7 @@ import sys
 import time
 from collections import Counter
 
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import UNEXPECTED, Expected, decode_submission
 from tests.codec_fixtures import SPEC, make_file
 
 
@@ -26,10 +26,48 @@ def _mutate_header(data: bytes, rng: random.Random) -> bytes:
     return data[:8] + bytes(header) + data[8 + n :]
 
 
+_HOSTILE_SHAPES = (
+    "[" + "9" * 5000 + "]",
+    "[" + ", ".join(["1"] * 40) + "]",
+    f"[0, {2**64 - 1}]",
+    f"[{2**64 - 1}, 0]",
+    f"[{2**63}]",
+    "[-1]",
+    "[]",
+    "[1e400]",
+    "[[4]]",
+)
+
+
+def _restructure_header(data: bytes, rng: random.Random) -> bytes:
+    """Structure-aware: rewrite one entry's shape/dtype/offsets or flood the header with tensors."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    names = [k for k in header if k != "__metadata__"]
+    name = rng.choice(names)
+    end = len(data) - 8 - n
+    choice = rng.randrange(6)
+    if choice == 0:
+        header[name]["shape"] = "@@"
+    elif choice == 1:
+        header[name]["shape"] = [rng.choice([0, 1, 2**32, 2**64 - 1]) for _ in range(rng.randint(0, 70))]
+    elif choice == 2:
+        header[name]["data_offsets"] = [rng.randrange(end + 2), rng.choice([end, 2**64 - 1, -1])]
+    elif choice == 3:
+        header[name]["dtype"] = rng.choice(["F64", "BOOL", "", 7, None, "U8", "F16"])
+    elif choice == 4:  # thousands of tensors: empty, or aliasing real bytes
+        for i in range(rng.choice([10, 1000, 10_000])):
+            header[f"{name}{i}"] = {"dtype": "U8", "shape": [0], "data_offsets": [end, end]}
+    else:
+        header[name] = rng.choice([None, [], "x", {"dtype": "U8"}, "@@"])
+    raw = json.dumps(header).replace('"@@"', rng.choice(_HOSTILE_SHAPES)).encode()
+    return struct.pack("<Q", len(raw)) + raw + data[8 + n :]
+
+
 def mutate(data: bytes, rng: random.Random) -> bytes:
     """One random structural or byte-level mutation of a valid file."""
     b = bytearray(data)
-    kind = rng.randrange(8)
+    kind = rng.randrange(9)
     if kind == 0:  # flip bits anywhere
         for _ in range(rng.randint(1, 8)):
             b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
@@ -52,6 +90,8 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     elif kind == 6:  # duplicate a slice
         i, j = sorted(rng.randrange(len(b)) for _ in range(2))
         b[j:j] = b[i:j][:256]
+    elif kind == 7:
+        return _restructure_header(data, rng)
     else:  # random bytes of plausible size
         return rng.randbytes(rng.randint(0, len(data)))
     return bytes(b)
@@ -67,7 +107,9 @@ def run(cases: int, seed: int) -> Counter[str]:
         expect = Expected(verify_signature=bool(i % 2))
         result = decode_submission(data, SPEC, expect)
         assert (result.update is None) == (not result.verdict.ok)
-        outcomes[result.verdict.reason or "ok"] += 1
+        # the catch-all boundary turning an exception into a verdict counts as a crash here
+        crashed = result.verdict.detail.startswith(UNEXPECTED)
+        outcomes["crash" if crashed else result.verdict.reason or "ok"] += 1
     return outcomes
 
 
@@ -80,7 +122,14 @@ def main() -> None:
     outcomes = run(args.cases, args.seed)
     elapsed = time.perf_counter() - start
     sys.stdout.write(
-        json.dumps({"cases": args.cases, "crashes": 0, "seconds": round(elapsed, 1), "reasons": outcomes})
+        json.dumps(
+            {
+                "cases": args.cases,
+                "crashes": outcomes["crash"],
+                "seconds": round(elapsed, 1),
+                "reasons": outcomes,
+            }
+        )
         + "\n"
     )
 

@@ -1,4 +1,4 @@
-"""Thousands of mutated files in CI time: the decoder answers each with a verdict."""
+"""A few thousand mutated files in CI time: the decoder answers each with a verdict."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ GOOD = make_file(9)
 
 
 def test_random_mutations_never_crash_and_reach_deep_checks() -> None:
-    outcomes = run(cases=20_000, seed=1)
-    assert sum(outcomes.values()) == 20_000
+    outcomes = run(cases=3_000, seed=1)
+    assert sum(outcomes.values()) == 3_000
+    assert outcomes["crash"] == 0, outcomes
     # the mutations must exercise more than the container parser
     deep = {
         Reason.BAD_SIGNATURE,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -217,3 +218,82 @@ def test_signature_failures() -> None:
     data = bytearray(make_file())
     data[-1] ^= 0x01
     assert reason_of(bytes(data)) in (Reason.BAD_SIGNATURE,)
+
+
+def _with_raw_entry(data: bytes, name: str, raw_entry: str) -> bytes:
+    """Add one header entry spelled as raw JSON (Python cannot even print some hostile integers)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    header[name] = "@@"
+    raw = json.dumps(header).replace('"@@"', raw_entry).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    return struct.pack("<Q", len(raw)) + raw + data[8 + n :]
+
+
+def _entry_at_end(data: bytes, shape: str) -> str:
+    end = len(data) - 8 - int.from_bytes(data[:8], "little")
+    return f'{{"dtype": "U8", "shape": {shape}, "data_offsets": [{end}, {end}]}}'
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "[" + "9" * 5000 + "]",  # an integer thousands of digits long
+        "[" + ", ".join(["1"] * 40) + ", 0]",  # dozens of dimensions
+        f"[0, {2**64 - 1}]",  # a product that overflows int64 (but is 0)
+        f"[{2**64 - 1}, 0]",
+        "[-1]",
+        "[1.5]",
+        "[true]",
+    ],
+)
+@pytest.mark.parametrize("name", ["norm.weight.extra", "tiny.bias.zzz", "norm.weight.lut"])
+def test_hostile_shapes_are_verdicts_not_exceptions(shape: str, name: str) -> None:
+    good = make_file()
+    data = _with_raw_entry(good, name, _entry_at_end(good, shape))
+    assert reason_of(data) in (Reason.BAD_SHAPE, Reason.NOT_SAFETENSORS, Reason.EXTRA_TENSOR)
+
+
+def test_hostile_shape_of_an_expected_tensor() -> None:
+    def many_dims(h: dict[str, object]) -> None:
+        entry = h["norm.weight.lut"]
+        assert isinstance(entry, dict)
+        entry["shape"] = [1] * 40 + [4]
+
+    assert reason_of(_rewrite_header(make_file(), many_dims)) == Reason.BAD_SHAPE
+
+
+def test_thousands_of_empty_tensors_are_refused_before_hashing_or_verifying() -> None:
+    """A 1 MiB header of unknown empty tensors: the schema refuses it before the signature is checked."""
+    good = make_file()
+    end = len(good) - 8 - int.from_bytes(good[:8], "little")
+
+    def flood(h: dict[str, object]) -> None:
+        for i in range(15_000):
+            h[f"x{i}"] = {"dtype": "U8", "shape": [0], "data_offsets": [end, end]}
+        h["__metadata__"] = {**h["__metadata__"], "signature": "00" * 64}  # type: ignore[dict-item]
+
+    data = _rewrite_header(good, flood)
+    assert len(data) < CFG.max_header_bytes
+    start = time.perf_counter()
+    assert reason_of(data) == Reason.EXTRA_TENSOR  # not bad_signature: names are checked first
+    assert time.perf_counter() - start < 0.5
+
+
+def test_duplicate_header_keys_are_refused() -> None:
+    good = make_file()
+    (n,) = struct.unpack("<Q", good[:8])
+    header = good[8 : 8 + n].rstrip()
+    dup = header[:-1] + b', "__metadata__": {}}'
+    dup += b" " * ((8 - len(dup) % 8) % 8)
+    assert reason_of(struct.pack("<Q", len(dup)) + dup + good[8 + n :]) == Reason.NOT_SAFETENSORS
+
+
+def test_an_unexpected_error_inside_the_decoder_is_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> str:
+        raise OverflowError("a bug we did not foresee")
+
+    monkeypatch.setattr("scoring.decoder.payload_digest", broken)
+    result = decode_submission(make_file(), SPEC, expect())
+    assert result.verdict.reason == Reason.BAD_HEADER
+    assert "OverflowError" in result.verdict.detail
