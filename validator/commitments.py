@@ -10,8 +10,10 @@ for everything else. Two forms:
 - S3: path-style addressing at endpoint `https://HOST[:PORT]`; KEY_ID and SECRET are the
   bucket's read-only credentials, percent-encoded (`/` → `%2F`, `+` → `%2B`); without them the
   bucket is read anonymously. REGION defaults to `auto` (Cloudflare R2).
-- `http://` and loopback/private hosts are refused unless `LocationPolicy` allows them (the
-  validator would otherwise fetch whatever internal address a peer names); `file://` likewise.
+- `http://` and loopback/private hosts (numeric spellings in any base, single-label names) are
+  refused unless `LocationPolicy` allows them (the validator would otherwise fetch whatever internal
+  address a peer names); `file://` likewise. Names are resolved and checked again at fetch time
+  (validator/hostcheck.py).
 
 Example: `https://0123abcd:s3cr3t@acc.r2.cloudflarestorage.com/gauntlet-5f3a?region=auto`.
 """
@@ -23,6 +25,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
+
+from validator.hostcheck import is_dotted_quad, is_public, numeric_looking
 
 MAX_COMMITMENT_CHARS = 512
 
@@ -50,9 +54,8 @@ class LocationPolicy:
     allow_http: bool = False
     allow_private_hosts: bool = False
     allow_file: bool = False
-    # Host suffixes of providers whose object timestamps peers cannot set (e.g.
-    # ".r2.cloudflarestorage.com"). The put window and the copy offender rule trust Last-Modified,
-    # so a production validator should list them; empty allows any public host.
+    # Host suffixes of trusted providers (e.g. ".r2.cloudflarestorage.com"); empty allows any public
+    # host, which a real-network validator refuses unless `allow_any_storage_host` is set.
     allowed_host_suffixes: tuple[str, ...] = ()
 
     @staticmethod
@@ -161,9 +164,9 @@ def _parse_file(netloc: str, path: str, query: str, policy: LocationPolicy) -> S
 def _check_host(host: str, policy: LocationPolicy) -> str:
     if not _HOST.fullmatch(host):
         raise LocationError("bad_host", f"{host[:70]!r} is not a host name or IPv4 address")
-    # A numeric last label is an IP in some spelling (`2130706433`, `127.1`, `0177.0.0.1`) that
-    # HTTP clients may resolve to loopback: accept only the canonical dotted quad.
-    if host.rsplit(".", 1)[-1].isdigit() and not _is_dotted_quad(host):
+    # A label that reads as a number in any base (`2130706433`, `127.1`, `0x7f000001`, `127.0.0.0x1`)
+    # is an IP in some spelling that resolvers may map to loopback: only the canonical dotted quad.
+    if numeric_looking(host):
         raise LocationError("bad_host", f"{host} is not a canonical IPv4 address")
     if policy.allowed_host_suffixes and not host.lower().endswith(
         tuple(s.lower() for s in policy.allowed_host_suffixes)
@@ -175,22 +178,17 @@ def _check_host(host: str, policy: LocationPolicy) -> str:
         return host
     if host.lower() == "localhost" or host.lower().endswith(".localhost"):
         raise LocationError("private_host", f"{host} is a loopback name")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        # A DNS name: its addresses are not checked here (no DNS-rebinding defence); restrict hosts
-        # with `allowed_host_suffixes` or an egress proxy in production.
+    if is_dotted_quad(host):
+        if not is_public(ipaddress.ip_address(host)):
+            raise LocationError("private_host", f"{host} is not a public address")
         return host
-    if not address.is_global:
-        raise LocationError("private_host", f"{host} is not a public address")
+    if "." not in host:
+        # a single label is a local name (`postgres`, `ip6-localhost`, the machine's own hostname):
+        # no public S3 endpoint has one
+        raise LocationError("private_host", f"{host} is not a public domain name")
+    # A public-looking name may still resolve to an internal address: the fetcher resolves it right
+    # before each request, refuses internal answers and connects to the address it checked.
     return host
-
-
-def _is_dotted_quad(host: str) -> bool:
-    try:
-        return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
-    except ValueError:
-        return False
 
 
 def _credentials(username: str | None, password: str | None) -> tuple[str, str]:

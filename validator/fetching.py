@@ -43,17 +43,34 @@ def fetch_window(
     put_start: float,
     deadline_s: float,
     on_result: Callable[[FetchResult], None] | None = None,
+    *,
+    seed: int | str | None = None,
 ) -> list[PeerWindow]:
-    """One PeerWindow per target, in target order: ok with bytes, or missing/early/late with a reason."""
-    requests = [
+    """One PeerWindow per target, in target order: ok with bytes, or missing/early/late with a reason.
+
+    `seed` (the window's secret seed) shuffles the fetch order. Upload times come from the polls
+    started at the previous window's fetch; this one starts those of window + 1, whose put window
+    opens about `window_s` after this one's (when the fetcher polls at all)."""
+    requests = _requests(targets, window, put_start)
+    fetcher.retain({r.location for r in requests})
+    sightings = fetcher.observed(window)
+    fetched = (
+        asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result, seed=seed, sightings=sightings))
+        if requests
+        else []
+    )
+    next_start = put_start + fetcher.config.window_s
+    fetcher.watch(window + 1, _requests(targets, window + 1, next_start), next_start)
+    results = {r.hotkey: r for r in fetched}
+    return [_peer_window(t, results.get(t.hotkey)) for t in targets]
+
+
+def _requests(targets: Sequence[PeerTarget], window: int, put_start: float) -> list[FetchRequest]:
+    return [
         FetchRequest(t.hotkey, t.location, object_key(window, t.hotkey), put_start)
         for t in targets
         if t.location is not None
     ]
-    fetcher.retain({r.location for r in requests})
-    fetched = asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result)) if requests else []
-    results = {r.hotkey: r for r in fetched}
-    return [_peer_window(t, results.get(t.hotkey)) for t in targets]
 
 
 def _peer_window(target: PeerTarget, result: FetchResult | None) -> PeerWindow:

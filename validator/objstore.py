@@ -1,107 +1,53 @@
-"""Peer object stores through obstore: S3-compatible buckets (R2, SeaweedFS, ...) or a local folder.
+"""Peer object stores: S3-compatible buckets (R2, SeaweedFS, ...) or a local folder.
 
-Fetching one submission: HEAD (size, last_modified, etag/version) → refuse oversize before any
-GET → classify the upload time against the put window → GET pinned to the etag/version seen,
-streamed with a hard byte limit. Many peers are fetched concurrently under one deadline.
-Every outcome is a `FetchResult`; a peer's broken store is a recorded status, never an exception.
+Writing (simulated peers, the archive) goes through obstore. Fetching a window's submissions:
+every peer's HEAD first, in an order shuffled with the window's secret seed, each under a short
+timeout (size, etag, upload time judged against the put window from the validator's own
+observations); then the GETs, each pinned to the etag seen, under a per-peer time budget and a
+floor rate, never retried after a timeout; all under the window deadline. A peer the deadline
+left untouched is `missing`/`not_attempted` (not its fault, not penalised). Every outcome is a
+`FetchResult`; a peer's broken store is a recorded status, never an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
+import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import obstore as obs
-from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+import structlog
 from obstore.store import LocalStore, S3Store
 
 from scoring.types import Reason
 from validator.commitments import StorageLocation
+from validator.fetch_types import (
+    FetchConfig,
+    FetchRequest,
+    FetchResult,
+    FetchStatus,
+    classify,
+    object_key,
+    put_end,
+)
+from validator.peer_fetch import Headed, failed, get_step, head_step, probe
+from validator.peer_http import HttpLimits, PeerHttp
+from validator.sightings import Poller, Sightings
 
 if TYPE_CHECKING:
-    from obstore import GetOptions
     from obstore.store import ObjectStore
 
-_HOTKEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+log = structlog.get_logger(__name__)
 
-
-class FetchStatus:
-    """Outcome of one fetch (DESIGN.md §3); `invalid` is decided later, by the integrity checks."""
-
-    OK = "ok"
-    MISSING = "missing"
-    EARLY = "early"
-    LATE = "late"
-    TOO_LARGE = "too_large"
-
-
-@dataclass(frozen=True, slots=True)
-class FetchConfig:
-    """Limits for fetching submissions."""
-
-    max_bytes: int = 4 << 30
-    put_window_s: float = 70.0
-    grace_s: float = 5.0
-    request_timeout_s: float = 60.0  # one HEAD or GET, including the body
-    connect_timeout_s: float = 5.0
-    retries: int = 2  # extra attempts after a transient failure
-    retry_backoff_s: float = 0.5  # doubled per attempt
-    concurrency: int = 32
-    chunk_bytes: int = 8 << 20
-
-    def __post_init__(self) -> None:
-        if self.max_bytes < 1 or self.chunk_bytes < 1 or self.concurrency < 1:
-            raise ValueError("max_bytes, chunk_bytes and concurrency must be >= 1")
-        if self.put_window_s <= 0 or self.grace_s < 0 or self.retry_backoff_s < 0:
-            raise ValueError("put_window_s must be > 0; grace_s and retry_backoff_s >= 0")
-        if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0 or self.retries < 0:
-            raise ValueError("timeouts must be > 0 and retries >= 0")
-
-
-@dataclass(frozen=True, slots=True)
-class FetchRequest:
-    """Fetch `key` from a peer's location; `put_start` is T0, the first block time of window W+1."""
-
-    hotkey: str
-    location: StorageLocation
-    key: str
-    put_start: float
-
-
-@dataclass(frozen=True, slots=True)
-class FetchResult:
-    hotkey: str
-    status: str
-    reason: str | None = None
-    detail: str = ""
-    data: bytes | None = field(default=None, repr=False)
-    size: int | None = None
-    etag: str | None = None
-    last_modified: float | None = None  # unix seconds, as the store reports it
-    fetched_at: float = 0.0
-
-
-def object_key(window: int, hotkey: str) -> str:
-    """The key of a submission: `gauntlet/1/{window}/{hotkey}.safetensors` (DESIGN.md §4.3)."""
-    if window < 0 or not _HOTKEY.fullmatch(hotkey):
-        raise ValueError(f"bad window {window} or hotkey {hotkey[:70]!r}")
-    return f"gauntlet/1/{window}/{hotkey}.safetensors"
-
-
-def classify(last_modified: float, put_start: float, config: FetchConfig) -> str:
-    """`early` before T0, `late` after T0 + put_window_s + grace_s, else `ok`."""
-    if last_modified < put_start:
-        return FetchStatus.EARLY
-    if last_modified > put_start + config.put_window_s + config.grace_s:
-        return FetchStatus.LATE
-    return FetchStatus.OK
+__all__ = [
+    "FetchConfig", "FetchRequest", "FetchResult", "FetchStatus", "Fetcher", "classify", "object_key",
+    "open_store", "publish",
+]  # fmt: skip
 
 
 def open_store(
@@ -160,11 +106,13 @@ async def publish(
 
 
 class Fetcher:
-    """Fetches submissions with one store client per peer location, reused across windows."""
+    """Fetches submissions with one store client per peer location, reused across windows, and
+    watches the next window's uploads (HEAD polls) when `poll_interval_s` is set."""
 
     def __init__(self, config: FetchConfig) -> None:
         self.config = config
         self._stores: dict[StorageLocation, ObjectStore] = {}
+        self._pollers: dict[int, Poller] = {}
 
     def retain(self, locations: set[StorageLocation]) -> None:
         """Drop clients of locations no peer uses any more (commitments are peer-controlled)."""
@@ -177,105 +125,120 @@ class Fetcher:
             store = self._stores[location] = open_store(location, self.config)
         return store
 
+    def limits(self) -> HttpLimits:
+        c = self.config
+        return HttpLimits(c.connect_timeout_s, c.min_bytes_per_s, c.rate_grace_s, c.allow_private_hosts)
+
+    def watch(self, window: int, requests: Sequence[FetchRequest], put_start: float) -> None:
+        """Poll `window`'s keys from `poll_lead_s` before its put window (opening at about
+        `put_start`, wall clock) until `poll_lead_s` after it closes or `observed(window)`."""
+        remote = [r for r in requests if not r.location.is_file]
+        if self.config.poll_interval_s <= 0 or not remote:
+            return
+        stores = {r.location: self._store(r.location) for r in remote}  # the poller's own copy
+
+        def head(http: PeerHttp, request: FetchRequest) -> Awaitable[str | None]:
+            return probe(http, stores[request.location], request)
+
+        if (old := self._pollers.pop(window, None)) is not None:
+            old.stop()
+        lead, end = self.config.poll_lead_s, put_end(put_start, self.config)
+        self._pollers[window] = Poller(
+            head, remote, self.limits(), start_at=put_start - lead, stop_at=end + lead,
+            interval_s=self.config.poll_interval_s, head_timeout_s=self.config.head_timeout_s,
+        ).start()  # fmt: skip
+
+    def observed(self, window: int) -> Sightings | None:
+        """Stop watching `window` (and anything older) and return what the polls saw."""
+        for old in [w for w in self._pollers if w < window]:
+            self._pollers.pop(old).stop()
+        poller = self._pollers.pop(window, None)
+        return poller.stop() if poller is not None else None
+
     async def fetch_all(
         self,
         requests: Sequence[FetchRequest],
         deadline_s: float,
         on_result: Callable[[FetchResult], None] | None = None,
+        *,
+        seed: int | str | None = None,
+        sightings: Sightings | None = None,
     ) -> list[FetchResult]:
-        """Fetch all concurrently; whatever is unfinished at the deadline is `missing`/fetch_failed.
+        """One result per request, in request order, within `deadline_s`.
 
         `on_result` sees each result as soon as it is complete (to start decoding it early)."""
+        deadline = time.monotonic() + deadline_s
+        results: list[FetchResult | None] = [None] * len(requests)
+        stage: dict[int, str] = {}  # how far each peer got: head, headed, get
         gate = asyncio.Semaphore(self.config.concurrency)
 
-        async def gated(request: FetchRequest) -> FetchResult:
-            async with gate:
-                result = await self.fetch(request)
+        def finish(i: int, result: FetchResult) -> None:
+            results[i] = result
             if on_result is not None:
                 on_result(result)
-            return result
 
-        tasks = [asyncio.ensure_future(gated(r)) for r in requests]
-        if tasks:
-            await asyncio.wait(tasks, timeout=deadline_s)
-        results = []
-        for request, task in zip(requests, tasks, strict=True):
-            if task.done() and not task.cancelled():
-                results.append(task.result())
-            else:
-                task.cancel()
-                detail = f"window deadline of {deadline_s:.1f} s passed"
-                results.append(_failed(request.hotkey, Reason.FETCH_FAILED, detail))
-        await asyncio.gather(*tasks, return_exceptions=True)  # let cancellations settle
-        return results
+        async with PeerHttp(self.limits()) as http:
 
-    async def fetch(self, request: FetchRequest) -> FetchResult:
-        """One submission, with bounded retries on transient errors."""
+            async def one(i: int) -> None:
+                # The gate is FIFO and every HEAD queues before any GET: HEADs go first, and a
+                # GET starts as soon as a slot is free, not when the slowest HEAD has ended.
+                async with gate:
+                    stage[i] = "head"
+                    out = await self._head(http, requests[i], sightings)
+                if not isinstance(out, Headed):
+                    return finish(i, out)
+                stage[i] = "headed"
+                async with gate:
+                    stage[i] = "get"
+                    budget = min(self.config.peer_budget_s, deadline - time.monotonic())
+                    store = self._store(out.request.location)
+                    finish(i, await get_step(http, store, out, self.config, sightings, budget))
+
+            await _run_until([one(i) for i in fetch_order(len(requests), seed)], deadline)
+        return [r or _unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
+
+    async def fetch(self, request: FetchRequest, sightings: Sightings | None = None) -> FetchResult:
+        """One submission on its own: HEAD, then GET within the per-peer budget."""
+        async with PeerHttp(self.limits()) as http:
+            out = await self._head(http, request, sightings)
+            if not isinstance(out, Headed):
+                return out
+            store = self._store(request.location)
+            return await get_step(http, store, out, self.config, sightings, self.config.peer_budget_s)
+
+    async def _head(
+        self, http: PeerHttp, request: FetchRequest, sightings: Sightings | None
+    ) -> FetchResult | Headed:
         if request.location.is_file and not Path(request.location.path).is_dir():
             # nothing was ever published there (and fetching never creates a peer's folder)
-            return _failed(request.hotkey, Reason.MISSING, f"no object at {request.key}")
-        detail = ""
-        for attempt in range(self.config.retries + 1):
-            try:
-                return await self._attempt(request)
-            except FileNotFoundError:
-                return _failed(request.hotkey, Reason.MISSING, f"no object at {request.key}")
-            except (PermissionDeniedError, UnauthenticatedError) as error:
-                return _failed(request.hotkey, Reason.FETCH_FAILED, _short(error))  # retrying won't help
-            except (BaseError, OSError, TimeoutError, _Truncated) as error:
-                detail = f"attempt {attempt + 1}: {_short(error)}"
-            if attempt < self.config.retries:
-                await asyncio.sleep(self.config.retry_backoff_s * 2**attempt)
-        return _failed(request.hotkey, Reason.FETCH_FAILED, detail)
-
-    async def _attempt(self, request: FetchRequest) -> FetchResult:
-        store = self._store(request.location)
-        meta = await obs.head_async(store, request.key)
-        size, etag, version = int(meta["size"]), meta["e_tag"], meta["version"]
-        # microseconds, as storage keeps them: replay must see the same timestamps as the live round
-        modified = round(meta["last_modified"].timestamp(), 6)
-        seen = FetchResult(request.hotkey, FetchStatus.OK, size=size, etag=etag, last_modified=modified)
-        if size > self.config.max_bytes:
-            detail = f"{size} bytes > limit {self.config.max_bytes}"
-            return _with(seen, FetchStatus.TOO_LARGE, Reason.TOO_LARGE, detail)
-        status = classify(modified, request.put_start, self.config)
-        if status != FetchStatus.OK:
-            detail = f"uploaded at {modified:.0f}, put window starts at {request.put_start:.0f}"
-            return _with(seen, status, status, detail)
-        options: GetOptions = {}
-        if etag:
-            options["if_match"] = etag  # the bytes we read are the object we classified
-        if version:
-            options["version"] = version
-        response = await obs.get_async(store, request.key, options=options)
-        data = await self._read(response, size)
-        return replace(seen, data=data, fetched_at=time.time())
-
-    async def _read(self, response: Any, size: int) -> bytes:
-        """Stream the body; stop as soon as it would exceed the size HEAD reported."""
-        buffer = bytearray()
-        async for chunk in response.stream(min_chunk_size=self.config.chunk_bytes):
-            if len(buffer) + len(chunk) > size:
-                raise _Truncated(f"body exceeds the {size} bytes HEAD reported")
-            buffer += memoryview(chunk)
-        if len(buffer) != size:
-            raise _Truncated(f"body ended at {len(buffer)} of {size} bytes")
-        return bytes(buffer)
+            return failed(request.hotkey, Reason.MISSING, "no submission in the store")
+        return await head_step(http, self._store(request.location), request, self.config, sightings)
 
 
-class _Truncated(Exception):
-    """The body did not match the HEAD size (a transient fault or a store that lies)."""
+def fetch_order(count: int, seed: int | str | None) -> list[int]:
+    """Indices in the order to fetch: shuffled with the window's secret seed, so that no peer can
+    place itself (or a staller) ahead of others; request order without a seed."""
+    order = list(range(count))
+    if seed is not None:
+        random.Random(f"gauntlet/fetch-order|{seed}").shuffle(order)
+    return order
 
 
-def _with(seen: FetchResult, status: str, reason: str, detail: str) -> FetchResult:
-    return replace(seen, status=status, reason=reason, detail=detail, fetched_at=time.time())
+async def _run_until(coroutines: Sequence[Awaitable[None]], deadline: float) -> None:
+    """Run all until done or the deadline, then cancel what is left."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    if tasks:
+        await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+    for task in tasks:
+        task.cancel()  # a no-op on finished ones
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):  # a bug, not a peer's fault: logged, the peer ends unfinished
+            log.error("fetch_task_failed", error=repr(outcome)[:300])
 
 
-def _failed(hotkey: str, reason: str, detail: str) -> FetchResult:
-    return FetchResult(hotkey, FetchStatus.MISSING, reason, detail, fetched_at=time.time())
-
-
-def _short(error: BaseException) -> str:
-    """The first line of an error, bounded: obstore messages carry multi-line debug dumps."""
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}"[:300]
+def _unfinished(request: FetchRequest, stage: str | None) -> FetchResult:
+    """No result by the deadline: the store's fault when a request to it was in flight, nobody's
+    when the validator never sent it one (not penalised, DESIGN.md §7)."""
+    if stage in ("head", "get"):
+        return failed(request.hotkey, Reason.FETCH_FAILED, "the window's fetch deadline passed")
+    return failed(request.hotkey, Reason.NOT_ATTEMPTED, "the validator did not reach this peer in time")

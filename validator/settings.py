@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     archive_url: str | None = None  # None: a folder under workdir; else an S3 URL (commitment syntax)
     archive_retention_windows: int = Field(default=0, ge=0)  # 0 keeps everything
     storage_host_suffixes: list[str] = []  # trusted peer storage providers (empty: any public host)
+    allow_any_storage_host: bool = False  # a real subnet with no suffixes must say so explicitly
+    upload_poll_s: float = Field(default=2.0, gt=0)  # HEAD polls observing uploads (real subnets)
     selection_location: str | None = None  # where the signed selection is published (commitment syntax)
     metrics_port: int | None = Field(default=9108, ge=1, le=65535)  # Prometheus for `gauntlet run`
 
@@ -123,6 +125,9 @@ class Settings(BaseSettings):
     def _refuse_unsafe(self) -> Settings:
         if self.chain == "subtensor" and self.validator_secret.get_secret_value() == DEV_SECRET:
             raise ValueError("validator_secret: set a real secret before running on a real subnet")
+        if self.chain == "subtensor" and not self.storage_host_suffixes and not self.allow_any_storage_host:
+            # any public host means stores run by peers themselves: set the providers you trust
+            raise ValueError("storage_host_suffixes: list trusted providers, or set allow_any_storage_host")
         if self.burn_uid is None and self.burn_share > 0:
             raise ValueError("burn_share needs burn_uid")
         if 0 < self.archive_retention_windows < 2 * self.checkpoint_every:

@@ -128,6 +128,16 @@ def open_ledger(s: Settings, *, migrate_to_head: bool = True) -> Ledger:
     return Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
 
 
+def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> FetchConfig:
+    return FetchConfig(
+        max_bytes=max_bytes, put_window_s=s.put_window_s, grace_s=s.put_grace_s,
+        allow_private_hosts=locations.allow_private_hosts,  # local subnets serve peers on loopback
+        # wall-clock polls observe uploads only beside a real chain, whose block times are wall clock
+        poll_interval_s=s.upload_poll_s if s.chain == "subtensor" else 0.0,
+        window_s=s.blocks_per_window * BLOCK_SECONDS,
+    )  # fmt: skip
+
+
 def build_round(
     s: Settings,
     chain: Chain,
@@ -156,7 +166,7 @@ def build_round(
         events=events, retry_pending=ledger.last_weights_failed(),
     )  # fmt: skip
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)
-    fetcher = Fetcher(FetchConfig(max_bytes=cap, put_window_s=s.put_window_s, grace_s=s.put_grace_s))
+    fetcher = Fetcher(fetch_config(s, cap, locations))
     return Round(
         chain=chain, fetcher=fetcher, locations=locations, dataset=dataset, model=gm, ratings=ratings,
         ledger=ledger, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,

@@ -1,0 +1,124 @@
+"""Stalling and trickling stores cannot starve a window's fetch (real servers on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import pytest
+
+from scoring.data import window_seed
+from scoring.types import Reason
+from tests.fake_s3 import BlackHole, FakeObject, FakeS3, black_hole, serving
+from validator.commitments import StorageLocation
+from validator.fetching import fetch_window
+from validator.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, fetch_order, object_key
+from validator.outcomes import PeerTarget
+
+T0 = time.time() - 10  # the put window opened ten seconds ago
+WINDOW = 9
+FAST = FetchConfig(
+    concurrency=2, head_timeout_s=0.5, peer_budget_s=2.0, retries=2, retry_backoff_s=0.0,
+    min_bytes_per_s=2000.0, rate_grace_s=0.5, allow_private_hosts=True,
+)  # fmt: skip
+
+
+def http_location(port: int) -> StorageLocation:
+    return StorageLocation(scheme="http", host="127.0.0.1", port=port, bucket="bucket")
+
+
+def request(hotkey: str, port: int) -> FetchRequest:
+    return FetchRequest(hotkey, http_location(port), object_key(WINDOW, hotkey), T0)
+
+
+@pytest.fixture
+def store() -> Iterator[FakeS3]:
+    with serving(FakeS3()) as s:
+        yield s
+
+
+def honest(store: FakeS3, hotkey: str, size: int = 1000, trickle: float | None = None) -> FetchRequest:
+    data = bytes([len(hotkey)]) * size
+    store.put(f"/bucket/{object_key(WINDOW, hotkey)}", FakeObject(data, T0 + 1, trickle_bytes_per_s=trickle))
+    return request(hotkey, store.port)
+
+
+@contextmanager
+def holes(count: int) -> Iterator[list[BlackHole]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(black_hole()) for _ in range(count)]
+
+
+def test_as_many_stalling_stores_as_slots_do_not_starve_the_others(store: FakeS3) -> None:
+    """Two stores that accept and never answer, first in line, against two slots: every honest peer
+    still arrives well inside the deadline, and each staller got exactly one connection."""
+    with holes(2) as stalled:
+        requests = [request(f"stall{i}", h.port) for i, h in enumerate(stalled)]
+        requests += [honest(store, f"honest{i}") for i in range(4)]
+        started = time.monotonic()
+        results = asyncio.run(Fetcher(FAST).fetch_all(requests, deadline_s=5.0))
+        elapsed = time.monotonic() - started
+        assert [(r.status, r.reason) for r in results[:2]] == [(FetchStatus.MISSING, Reason.FETCH_FAILED)] * 2
+        assert all(r.status == FetchStatus.OK and r.data for r in results[2:])
+        assert elapsed < 2.5  # one short HEAD timeout, not the deadline nor timeout × retries
+        assert [h.connections for h in stalled] == [1, 1]  # no retry after a timeout
+
+
+def test_a_trickling_body_is_abandoned_at_the_floor_rate(store: FakeS3) -> None:
+    slow = honest(store, "slow", size=50_000, trickle=200.0)
+    fast = honest(store, "fast")
+    started = time.monotonic()
+    results = asyncio.run(Fetcher(FAST).fetch_all([slow, fast], deadline_s=10.0))
+    assert (results[0].status, results[0].reason, results[0].data) == (
+        FetchStatus.MISSING,
+        Reason.FETCH_FAILED,
+        None,
+    )
+    assert results[1].status == FetchStatus.OK
+    assert time.monotonic() - started < 1.8  # the 0.5 s grace, not the 2 s budget or the deadline
+    assert store.requests("GET").count(f"/bucket/{object_key(WINDOW, 'slow')}") == 1
+
+
+def test_peers_the_deadline_never_reached_are_not_attempted_not_failed() -> None:
+    """One slot, four stallers: the first HEAD times out, the second is cut by the deadline (both
+    the stores' fault), the last two were never asked: `not_attempted`, which is not penalised."""
+    one = FetchConfig(concurrency=1, head_timeout_s=0.6, allow_private_hosts=True)
+    with holes(4) as stalled:
+        requests = [request(f"p{i}", h.port) for i, h in enumerate(stalled)]
+        results = asyncio.run(Fetcher(one).fetch_all(requests, deadline_s=1.0))
+        assert [r.reason for r in results] == [Reason.FETCH_FAILED] * 2 + [Reason.NOT_ATTEMPTED] * 2
+        assert {r.status for r in results} == {FetchStatus.MISSING}
+        assert [h.connections for h in stalled] == [1, 1, 0, 0]
+        assert "deadline" not in results[0].detail and "did not reach" in results[3].detail
+
+
+def test_not_attempted_reaches_the_peer_window(store: FakeS3) -> None:
+    one = FetchConfig(concurrency=1, head_timeout_s=0.6, allow_private_hosts=True)
+    with holes(3) as stalled:
+        targets = [PeerTarget(i, f"p{i}", http_location(h.port)) for i, h in enumerate(stalled)]
+        peers = fetch_window(Fetcher(one), targets, WINDOW, T0, deadline_s=1.0)
+        assert [(p.status, p.reason) for p in peers][-1] == ("missing", Reason.NOT_ATTEMPTED)
+
+
+def test_fetch_order_is_a_secret_seeded_permutation() -> None:
+    seed = window_seed(b"validator-secret", 12)  # the round's per-window seed, a hex string
+    order = fetch_order(50, seed)
+    assert sorted(order) == list(range(50)) and order != list(range(50))
+    assert fetch_order(50, seed) == order  # replayable
+    assert fetch_order(50, window_seed(b"validator-secret", 13)) != order
+    assert fetch_order(50, 12345) == fetch_order(50, 12345) != fetch_order(50, 12346)
+    assert fetch_order(5, None) == [0, 1, 2, 3, 4]
+
+
+def test_heads_go_out_in_the_seeded_order(store: FakeS3) -> None:
+    seed = window_seed(b"validator-secret", 3)
+    requests = [honest(store, f"peer{i:02d}") for i in range(12)]
+    config = FetchConfig(concurrency=1, allow_private_hosts=True)
+    asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=10.0, seed=seed))
+    heads = store.requests("HEAD")
+    assert heads == [f"/bucket/{requests[i].key}" for i in fetch_order(12, seed)]
+    # every HEAD is queued before any GET: with one slot, the first GET follows the last HEAD
+    kinds = [m for m, _, _ in store.log]
+    assert kinds[:12] == ["HEAD"] * 12
