@@ -51,7 +51,7 @@ def fetch_window(
     `seed` (the window's secret seed) shuffles the fetch order. Upload times come from the polls
     started at the previous window's fetch; this one starts those of window + 1, whose put window
     opens about `window_s` after this one's (when the fetcher polls at all)."""
-    requests = _requests(targets, window, put_start)
+    requests = fetch_requests(targets, window, put_start)
     fetcher.retain({r.location for r in requests})
     sightings = fetcher.observed(window)
     fetched = (
@@ -60,12 +60,12 @@ def fetch_window(
         else []
     )
     next_start = put_start + fetcher.config.window_s
-    fetcher.watch(window + 1, _requests(targets, window + 1, next_start), next_start)
+    fetcher.watch(window + 1, fetch_requests(targets, window + 1, next_start), next_start)
     results = {r.hotkey: r for r in fetched}
     return [_peer_window(t, results.get(t.hotkey)) for t in targets]
 
 
-def _requests(targets: Sequence[PeerTarget], window: int, put_start: float) -> list[FetchRequest]:
+def fetch_requests(targets: Sequence[PeerTarget], window: int, put_start: float) -> list[FetchRequest]:
     return [
         FetchRequest(t.hotkey, t.location, object_key(window, t.hotkey), put_start)
         for t in targets

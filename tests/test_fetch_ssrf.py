@@ -1,0 +1,129 @@
+"""A commitment cannot point the validator at its own network: spellings, resolution, redirects."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from scoring.types import Reason
+from tests.fake_s3 import FakeObject, FakeS3, serving
+from validator.commitments import LocationError, LocationPolicy, StorageLocation, parse_location
+from validator.hostcheck import HostRefused, is_public, numeric_looking, pin_host
+from validator.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key
+from validator.peer_fetch import GENERIC, TIMED_OUT
+
+T0 = time.time() - 10
+LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "0x7f000001", "127.0.0.0x1", "0xa9fea9fe", "0X7F.1", "0x0a.0x0.0x0.0x1", "017700000001",
+        "10.0.0.0x2", "a.0x10.example.com", "192.168.1", "4294967295",
+    ],
+)  # fmt: skip
+def test_numeric_spellings_in_any_base_are_refused(host: str) -> None:
+    assert numeric_looking(host)
+    for policy in (LocationPolicy(), LocationPolicy.local()):  # even where loopback is allowed
+        with pytest.raises(LocationError) as info:
+            parse_location(f"https://{host}/bucket", policy)
+        assert info.value.reason == "bad_host"
+
+
+@pytest.mark.parametrize("host", ["ip6-localhost", "postgres", "redis", "metadata", socket.gethostname()])
+def test_single_label_names_are_local_and_refused(host: str) -> None:
+    with pytest.raises(LocationError) as info:
+        parse_location(f"https://{host}/bucket")
+    assert info.value.reason in ("private_host", "bad_host")
+
+
+@pytest.mark.parametrize("host", ["100.64.0.1", "224.0.0.251", "240.0.0.1", "0.0.0.0", "198.18.0.1"])
+def test_non_public_dotted_quads_are_refused(host: str) -> None:
+    with pytest.raises(LocationError) as info:
+        parse_location(f"https://{host}/bucket")
+    assert info.value.reason == "private_host"
+
+
+def test_public_names_and_addresses_still_parse() -> None:
+    for host in ("8.8.8.8", "acc.r2.cloudflarestorage.com", "s3.eu-west-1.amazonaws.com", "a1b2.example.org"):
+        assert parse_location(f"https://{host}/bucket").host == host
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True), ("1.1.1.1", True), ("2606:4700:4700::1111", True),
+        ("127.0.0.1", False), ("10.1.2.3", False), ("172.16.0.1", False), ("192.168.0.1", False),
+        ("169.254.169.254", False), ("100.64.0.1", False), ("224.0.0.1", False), ("240.0.0.1", False),
+        ("0.0.0.0", False), ("::1", False), ("fe80::1", False), ("fc00::1", False), ("ff02::1", False),
+        ("::ffff:127.0.0.1", False), ("::ffff:169.254.169.254", False), ("::", False),
+    ],
+)  # fmt: skip
+def test_public_addresses(address: str, public: bool) -> None:
+    assert is_public(ipaddress.ip_address(address)) is public
+
+
+@pytest.mark.parametrize("host", ["localhost", socket.gethostname()])
+def test_names_resolving_to_internal_addresses_are_refused_at_fetch(host: str) -> None:
+    resolved = {str(info[4][0]).split("%")[0] for info in socket.getaddrinfo(host, 80)}
+    if all(is_public(ipaddress.ip_address(a)) for a in resolved):
+        pytest.skip(f"{host} resolves to public addresses here")
+    with pytest.raises(HostRefused) as info:
+        asyncio.run(pin_host(host, 80, allow_private=False, timeout_s=2.0))
+    assert info.value.reason == "private_host"
+
+
+def test_a_public_literal_is_pinned_without_resolving() -> None:
+    pinned = asyncio.run(pin_host("8.8.8.8", 443, allow_private=False, timeout_s=0.01))
+    assert (pinned.address, pinned.url_host) == ("8.8.8.8", "8.8.8.8")
+
+
+@pytest.fixture
+def store() -> Iterator[FakeS3]:
+    with serving(FakeS3()) as s:
+        s.put(f"/bucket/{object_key(5, 'peer')}", FakeObject(b"secret-internal-bytes", T0 + 1))
+        yield s
+
+
+def fetch(location: StorageLocation, config: FetchConfig = LOOPBACK_OK) -> tuple[str, str | None, str]:
+    result = asyncio.run(Fetcher(config).fetch(FetchRequest("peer", location, object_key(5, "peer"), T0)))
+    return result.status, result.reason, result.detail
+
+
+def test_a_name_resolving_to_loopback_is_never_contacted(store: FakeS3) -> None:
+    """`localhost` stands for any DNS name that answers with an internal address: the fetch
+    refuses it before a single byte is sent, unless loopback is explicitly allowed (tests)."""
+    location = StorageLocation(scheme="http", host="localhost", port=store.port, bucket="bucket")
+    assert fetch(location, FetchConfig(retries=0)) == (
+        FetchStatus.MISSING, Reason.BAD_LOCATION, GENERIC[Reason.BAD_LOCATION],
+    )  # fmt: skip
+    assert store.log == []
+    assert fetch(location)[0] == FetchStatus.OK  # the allow-loopback switch of local subnets
+    # the connection went to the checked address, with the name kept as Host (signatures cover it)
+    assert {host for _, _, host in store.log} == {f"localhost:{store.port}"}
+
+
+def test_redirects_are_not_followed(store: FakeS3) -> None:
+    with serving(FakeS3(redirect_to=f"http://127.0.0.1:{store.port}")) as bouncer:
+        location = StorageLocation(scheme="http", host="127.0.0.1", port=bouncer.port, bucket="bucket")
+        status, reason, _ = fetch(location)
+    assert (status, reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
+    assert bouncer.requests("HEAD") and store.log == []  # the target of the redirect saw nothing
+
+
+def test_failure_details_carry_no_error_text_ports_or_timings() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    location = StorageLocation(scheme="http", host="127.0.0.1", port=port, bucket="bucket")
+    status, reason, detail = fetch(location)
+    assert (status, reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
+    assert detail in (*GENERIC.values(), TIMED_OUT)
+    assert not re.search(r"\d", detail)  # a port-scan oracle needs ports or timings
