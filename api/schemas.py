@@ -163,6 +163,9 @@ class CopyPairOut(Schema):
     overlap: float
     sign_agreement: float
     offender: str
+    similarity: float = Field(description="residual similarity beyond the window's consensus update")
+    baseline: float = Field(description="the window's typical overlap the pair's excess is measured from")
+    clear: bool = Field(description="false: upload order unclear, nobody penalised, one aggregated")
 
 
 class WeightSetOut(Schema):

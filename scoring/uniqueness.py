@@ -20,6 +20,21 @@ Small parameters (a chunk shorter than topk keeps every position) are shared by 
 raise every pair's overlap by their share of kept positions with equal sign; in a real model that
 share is tiny. Exact duplicate payloads (equal digests) are reported with overlap 1 and the top tier.
 
+Calibration. Honest updates from the same base share many positions early in training (at one
+inner step honest pairs overlap ≈ 0.74; at twenty ≈ 0.18 from a random init), so a fixed overlap
+threshold flags honest peers. The tiers apply to a *copy strength*: the larger of
+- the overlap's excess over the window's typical pair, `(o − m) / (1 − m)`, m the median overlap
+  estimate over all pairs (`calibrate`), and
+- the residual similarity of `scoring/similarity.py`, which is ≤ 0 for honest pairs at any stage;
+  a pair with no positive residual similarity is never flagged by positions alone.
+Each flagged pair is reported with its overlap, similarity and baseline.
+
+Direction. The offender is the later uploader, judged by the validator's own observation: a peer's
+upload lies in `(timestamp − resolution, timestamp]`; a is clearly first when `t_a <= t_b − res_b`
+and `t_a < t_b` (equal times tie).
+When neither is clearly first the finding is *unclear*: nobody is penalised, and the selection
+aggregates only one of the two (an identical or near-identical payload never counts twice).
+
 The seed should be unpredictable to peers (e.g. derived from the window's secret seed), so a copier
 cannot concentrate copying outside the sampled chunks.
 """
@@ -32,8 +47,8 @@ from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
+from scoring.similarity import estimate_overlaps, residual_similarity, sample_blocks, sampled
 from scoring.types import Reason, SparseParam
 
 I64 = npt.NDArray[np.int64]
@@ -52,16 +67,17 @@ class CopyTier(IntEnum):
 class UniquenessConfig:
     chunk: int = 4096
     topk: int = 64
-    halve_at: float = 0.4
+    halve_at: float = 0.15
     reset_at: float = 0.5
     ban_at: float = 0.6
+    calibrate: bool = True  # tiers apply to the overlap's excess over the window's typical pair
     # Sampling error depends on the number of blocks, not their size: 128 one-chunk blocks give
     # std ≤ 0.5/√128 ≈ 0.044 even for all-or-nothing copying per block, 4.5 std below the first
     # tier at the default margin; honest pairs estimate ≈ 0.01 ± 0.008 (sketch noise 1/√2^14).
     sample_blocks: int = 128
     block_chunks: int = 1
     sketch_bits: int = 14
-    candidate_margin: float = 0.2
+    candidate_margin: float = 0.1
 
     def __post_init__(self) -> None:
         if self.chunk <= 0 or not 0 < self.topk <= self.chunk:
@@ -91,19 +107,27 @@ class PeerPayload:
 
     hotkey: str
     digest: str
-    timestamp: float  # object-store timestamp, seconds
+    timestamp: float  # the validator's first sight of the object, seconds
     update: Mapping[str, SparseParam]
+    resolution: float = 0.0  # the upload lies in (timestamp - resolution, timestamp]
+
+    def clearly_before(self, other: PeerPayload) -> bool:
+        return self.timestamp < other.timestamp and self.timestamp <= other.timestamp - other.resolution
 
 
 @dataclass(frozen=True, slots=True)
 class CopyFinding:
-    """`offender` uploaded no earlier than `other` and overlaps it by `overlap`."""
+    """`offender` uploaded after `other` and overlaps it by `overlap`. When the order is unclear
+    (`clear` False) `offender` is just the larger hotkey: nobody is penalised for the pair."""
 
     offender: str
     other: str
     overlap: float
     tier: CopyTier
     reason: str
+    similarity: float = 1.0  # residual similarity (scoring/similarity.py)
+    baseline: float = 0.0  # the window's typical overlap the excess is measured from
+    clear: bool = True
 
 
 def find_copies(
@@ -112,26 +136,57 @@ def find_copies(
     """All duplicate-payload and copy findings of a window, sorted by (offender, other)."""
     findings = _duplicate_findings(peers, cfg)
     dup_pairs = {frozenset((f.offender, f.other)) for f in findings}
-    if len(peers) >= 2:
-        estimates = _estimate_overlaps(peers, cfg, seed)
-        threshold = cfg.halve_at - cfg.candidate_margin
-        for i, j in zip(*np.nonzero(np.triu(estimates >= threshold, k=1)), strict=True):
-            a, b = peers[int(i)], peers[int(j)]
-            if a.digest == b.digest or frozenset((a.hotkey, b.hotkey)) in dup_pairs:
-                continue
-            overlap = exact_overlap(a.update, b.update, cfg)
-            tier = cfg.tier(overlap)
-            if tier is not CopyTier.NONE:
-                findings.extend(_pair_findings(a, b, overlap, tier, Reason.COPY))
+    rng = np.random.default_rng(seed)
+    blocks = sample_blocks(peers[0].update, cfg, rng) if len(peers) >= 2 else []
+    if not blocks:
+        return sorted(findings, key=lambda f: (f.offender, f.other))
+    idx, val = sampled([p.update for p in peers], blocks)
+    estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
+    similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
+    if len(peers) < 3:  # a pair alone is its own baseline and its own consensus: nothing to calibrate
+        similarity = np.zeros_like(similarity)
+    baseline = _typical_overlap(estimates) if cfg.calibrate and len(peers) >= 3 else 0.0
+    margin = cfg.candidate_margin
+    pick = (_excess(estimates, baseline) >= cfg.halve_at - margin) | (similarity >= cfg.halve_at - margin / 2)
+    for i, j in zip(*np.nonzero(np.triu(pick, k=1)), strict=True):
+        a, b = peers[int(i)], peers[int(j)]
+        if a.digest == b.digest or frozenset((a.hotkey, b.hotkey)) in dup_pairs:
+            continue
+        overlap = exact_overlap(a.update, b.update, cfg)
+        sim = float(similarity[i, j])
+        # the excess compares the pair's estimate with the baseline from the same sample: what the
+        # sample over- or under-represents cancels (the exact overlap is what the finding reports)
+        calibrated = cfg.calibrate and len(peers) >= 3
+        excess = float(_excess(estimates[i, j], baseline)) if calibrated else overlap
+        # a copy keeps its victim's residual; honest pairs that merely share positions do not (their
+        # residuals are anti-correlated): positions alone never flag a pair with no shared residual
+        tier = cfg.tier(max(excess, sim)) if sim > 0.0 or not calibrated else CopyTier.NONE
+        if tier is not CopyTier.NONE:
+            findings.append(_pair_finding(a, b, overlap, tier, Reason.COPY, sim, baseline))
     return sorted(findings, key=lambda f: (f.offender, f.other))
 
 
+def _typical_overlap(estimates: npt.NDArray[np.float64]) -> float:
+    """The median overlap over all pairs: what honest peers share at this stage of training."""
+    upper = estimates[np.triu_indices(estimates.shape[0], k=1)]
+    return float(np.clip(np.median(upper), 0.0, 0.99))
+
+
+def _excess(overlap: npt.NDArray[np.float64] | np.float64, baseline: float) -> npt.NDArray[np.float64]:
+    return np.asarray((overlap - baseline) / (1.0 - baseline), dtype=np.float64)
+
+
 def offender_tiers(findings: Sequence[CopyFinding]) -> dict[str, CopyTier]:
-    """The most severe tier per offender."""
+    """The most severe tier per offender; an unclear finding has no offender."""
     tiers: dict[str, CopyTier] = {}
-    for f in findings:
+    for f in (f for f in findings if f.clear):
         tiers[f.offender] = max(tiers.get(f.offender, CopyTier.NONE), f.tier)
     return tiers
+
+
+def unclear_pairs(findings: Sequence[CopyFinding]) -> list[tuple[str, str]]:
+    """Pairs whose upload order was unclear: only one of each may be aggregated."""
+    return [(f.other, f.offender) for f in findings if not f.clear]
 
 
 def exact_overlap(
@@ -169,92 +224,28 @@ def _shared_keys(ka: I64, kb: I64, cfg: UniquenessConfig) -> int:
     return count + int(np.intersect1d(ka[full:], kb[full:], assume_unique=True).size)
 
 
-def _pair_findings(
-    a: PeerPayload, b: PeerPayload, overlap: float, tier: CopyTier, reason: str
-) -> list[CopyFinding]:
-    # The later uploader is the offender; with equal timestamps nobody can tell, so both are.
-    out = []
-    if a.timestamp >= b.timestamp:
-        out.append(CopyFinding(a.hotkey, b.hotkey, overlap, tier, reason))
-    if b.timestamp >= a.timestamp:
-        out.append(CopyFinding(b.hotkey, a.hotkey, overlap, tier, reason))
-    return out
+def _pair_finding(
+    a: PeerPayload, b: PeerPayload, overlap: float, tier: CopyTier, reason: str, sim: float, baseline: float
+) -> CopyFinding:
+    """The later uploader is the offender; when neither is clearly first, the finding is unclear."""
+    if a.clearly_before(b):
+        return CopyFinding(b.hotkey, a.hotkey, overlap, tier, reason, sim, baseline)
+    if b.clearly_before(a):
+        return CopyFinding(a.hotkey, b.hotkey, overlap, tier, reason, sim, baseline)
+    first, second = sorted((a.hotkey, b.hotkey))
+    return CopyFinding(second, first, overlap, tier, reason, sim, baseline, clear=False)
 
 
 def _duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> list[CopyFinding]:
+    """Equal payloads: each is matched with the group's earliest upload; the order decides as for copies."""
     groups: dict[str, list[PeerPayload]] = {}
     for p in peers:
         groups.setdefault(p.digest, []).append(p)
-    findings: list[CopyFinding] = []
     tier = cfg.tier(1.0)
+    findings: list[CopyFinding] = []
     for group in groups.values():
-        if len(group) < 2:
-            continue
         ordered = sorted(group, key=lambda p: (p.timestamp, p.hotkey))
         first = ordered[0]
         for p in ordered[1:]:
-            findings.append(CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD))
-        if ordered[1].timestamp == first.timestamp:
-            # Nobody can tell who uploaded first: the earliest is an offender too.
-            findings.append(CopyFinding(first.hotkey, ordered[1].hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD))
+            findings.append(_pair_finding(first, p, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0))
     return findings
-
-
-def _estimate_overlaps(
-    peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int
-) -> npt.NDArray[np.float64]:
-    """(P, P) overlap estimates: a count sketch of each peer's sampled keys, then one matmul.
-
-    Each key adds ±1 to one of 2^sketch_bits buckets; the dot product of two sketches is the number
-    of shared keys plus zero-mean collision noise with std ≈ sample / 2^(sketch_bits/2)."""
-    rng = np.random.default_rng(seed)
-    blocks = _sample_blocks(peers[0].update, cfg, rng)
-    if not blocks:
-        return np.zeros((len(peers), len(peers)))
-    offsets = np.concatenate([np.full(stop - start, off, np.int64) for _, start, stop, off in blocks])
-    names = sorted({b[0] for b in blocks})
-    idx_parts: list[I64] = []
-    val_parts: list[npt.NDArray[np.float32]] = []
-    for p in peers:
-        # One tensor-to-numpy view per parameter, then cheap numpy slices per block.
-        idx_np = {n: p.update[n].indices.numpy() for n in names}
-        val_np = {n: p.update[n].values.numpy() for n in names}
-        idx_parts.extend(idx_np[n][a:z] for n, a, z, _ in blocks)
-        val_parts.extend(val_np[n][a:z] for n, a, z, _ in blocks)
-    idx, val = np.concatenate(idx_parts), np.concatenate(val_parts)
-    n_peers, n_sample = len(peers), offsets.size
-    keys = (idx.reshape(n_peers, n_sample) + offsets) * 2 + (val.reshape(n_peers, n_sample) > 0)
-    mult = rng.integers(1, 2**62, size=2, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    hashed = keys.astype(np.uint64).ravel()
-    bucket = (hashed * mult[0]) >> np.uint64(64 - cfg.sketch_bits)
-    sign = ((hashed * mult[1]) >> np.uint64(63)).astype(np.float32) * 2 - 1
-    rows = np.repeat(np.arange(n_peers, dtype=np.uint64), n_sample) << np.uint64(cfg.sketch_bits)
-    sketch = torch.zeros(n_peers << cfg.sketch_bits, dtype=torch.float32)
-    sketch.index_add_(0, torch.from_numpy((rows | bucket).astype(np.int64)), torch.from_numpy(sign))
-    # Bucket sums are small integers, exact in bf16; bf16 rounds the products by < 0.4 %, plenty
-    # for picking candidates, and halves the cost of the product.
-    sk = sketch.view(n_peers, -1).to(torch.bfloat16)
-    shared = (sk @ sk.T).to(torch.float64).numpy()
-    return shared / max(n_sample, 1)
-
-
-def _sample_blocks(
-    update: Mapping[str, SparseParam], cfg: UniquenessConfig, rng: np.random.Generator
-) -> list[tuple[str, int, int, int]]:
-    """Seeded blocks of `block_chunks` consecutive chunks: (name, first slot, end slot, flat offset).
-
-    Blocks are contiguous slices of every peer's kept arrays (full chunks keep `topk` slots each),
-    drawn with probability proportional to their kept positions."""
-    candidates: list[tuple[str, int, int, int]] = []
-    offset = 0
-    step = cfg.block_chunks * cfg.topk
-    for name in sorted(update):
-        kept = update[name].indices.numel()
-        candidates.extend((name, a, min(a + step, kept), offset) for a in range(0, kept, step))
-        offset += update[name].numel
-    sizes = np.array([z - a for _, a, z, _ in candidates], dtype=np.float64)
-    if not candidates:
-        return []
-    n = min(cfg.sample_blocks, len(candidates))
-    chosen = np.sort(rng.choice(len(candidates), size=n, replace=False, p=sizes / sizes.sum()))
-    return [candidates[int(i)] for i in chosen]

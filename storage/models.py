@@ -21,6 +21,8 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    text,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -108,6 +110,8 @@ class Submission(Base):
     content_digest: Mapped[str | None] = mapped_column(DIGEST, index=True)
     storage_time: Mapped[datetime | None]
     fetched_time: Mapped[datetime | None]
+    first_seen: Mapped[float | None]
+    seen_resolution_s: Mapped[float | None]
 
 
 class Evaluation(Base):
@@ -177,6 +181,10 @@ class CopyPair(Base):
     overlap: Mapped[float]
     sign_agreement: Mapped[float]
     offender: Mapped[str] = mapped_column(HOTKEY)
+    # added later: rows written before carry the defaults (no similarity measured, order clear)
+    similarity: Mapped[float] = mapped_column(server_default=text("1.0"))
+    baseline: Mapped[float] = mapped_column(server_default=text("0.0"))
+    clear: Mapped[bool] = mapped_column(server_default=true())
 
 
 class Selection(Base):

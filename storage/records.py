@@ -46,6 +46,10 @@ class SubmissionRecord:
     content_digest: str | None = None  # SHA-256 of the raw bytes: the archive key
     storage_time: datetime | None = None
     fetched_time: datetime | None = None
+    # The validator's own first sight of the object (seconds) and how long before it the upload may
+    # have happened (None: unbounded). They decide who copied whom, so replay needs them exactly.
+    first_seen: float | None = None
+    seen_resolution_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in SUBMISSION_STATUSES:
@@ -105,13 +109,17 @@ class PenaltyRecord:
 
 @dataclass(frozen=True, slots=True)
 class CopyPairRecord:
-    """A flagged pair of similar submissions; `offender` is the later uploader."""
+    """A flagged pair of similar submissions; `offender` is the later uploader. When the upload
+    order was unclear (`clear` False) nobody was penalised and only one of the two was aggregated."""
 
     hotkey_a: str
     hotkey_b: str
     overlap: float
     sign_agreement: float
     offender: str
+    similarity: float = 1.0  # residual similarity beyond the window's consensus (scoring/similarity.py)
+    baseline: float = 0.0  # the window's typical overlap the pair's excess was measured from
+    clear: bool = True
 
     def __post_init__(self) -> None:
         if self.offender not in (self.hotkey_a, self.hotkey_b):

@@ -35,6 +35,9 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
             "overlap": 0.45,
             "sign_agreement": 0.9,
             "offender": hotkey(1),
+            "similarity": 1.0,
+            "baseline": 0.0,
+            "clear": True,
         }
     ]
     assert [(s["role"], s["rank"]) for s in body["selection"]] == [

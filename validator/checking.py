@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -111,26 +112,36 @@ def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[
 def reject_copies(
     peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int
 ) -> tuple[list[PeerWindow], list[CopyFinding]]:
-    """Duplicates and near-copies across all valid submissions; offenders become invalid."""
-    payloads = [
-        PeerPayload(p.hotkey, p.update.digest, p.fetch.last_modified or 0.0, p.update.params)
-        for p in peers
-        if p.update is not None and p.fetch is not None
-    ]
+    """Duplicates and near-copies across all valid submissions. The offender of a pair whose upload
+    order is clear from the validator's own first sight becomes invalid; an unclear pair penalises
+    nobody (the selection aggregates one of the two)."""
+    payloads = []
+    for p in peers:
+        if p.update is not None and p.fetch is not None:
+            seen, resolution = _sighting(p.fetch)
+            payloads.append(PeerPayload(p.hotkey, p.update.digest, seen, p.update.params, resolution))
     findings = find_copies(payloads, cfg.uniqueness, seed=seed)
     worst: dict[str, tuple[CopyTier, CopyFinding]] = {}
     for f in findings:
-        if f.offender not in worst or f.tier > worst[f.offender][0]:
+        if f.clear and (f.offender not in worst or f.tier > worst[f.offender][0]):
             worst[f.offender] = (f.tier, f)
     out = []
     for p in peers:
         if p.hotkey in worst:
             tier, f = worst[p.hotkey]
-            detail = f"overlap {f.overlap:.2f} with {f.other}, uploaded later"
+            detail = f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later"
             out.append(replace(p.reject(f.reason, detail), copy_tier=tier))
         else:
             out.append(p)
     return out, findings
+
+
+def _sighting(f: FetchResult) -> tuple[float, float]:
+    """(time, resolution) of the upload as the validator observed it. Without its own sighting the
+    store's Last-Modified is peer-controlled: the order is then never clear (infinite resolution)."""
+    if f.first_seen is None:
+        return f.last_modified or 0.0, math.inf
+    return f.first_seen, math.inf if f.seen_resolution_s is None else f.seen_resolution_s
 
 
 def reject_replays(

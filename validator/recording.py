@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
@@ -43,7 +44,14 @@ def submission_record(p: PeerWindow, key: str) -> SubmissionRecord:
         content_digest=p.content_digest,
         storage_time=_time(f.last_modified) if f is not None else None,
         fetched_time=_time(f.fetched_at) if f is not None and f.fetched_at else None,
+        first_seen=f.first_seen if f is not None else None,
+        seen_resolution_s=_finite(f.seen_resolution_s) if f is not None else None,
     )
+
+
+def _finite(seconds: float | None) -> float | None:
+    """An unbounded resolution is stored as NULL (JSON and some databases have no infinity)."""
+    return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def evaluation_record(hotkey: str, e: PeerEval) -> EvaluationRecord:
@@ -109,8 +117,10 @@ def copy_pair_records(findings: Sequence[CopyFinding]) -> list[CopyPairRecord]:
         a, b = sorted((f.offender, f.other))
         if (a, b) not in pairs:
             # overlap already counts only shared positions whose signs agree (scoring/uniqueness.py),
-            # so the pair's sign agreement is 1 by construction; both offenders of a tie have penalty rows
-            pairs[(a, b)] = CopyPairRecord(a, b, f.overlap, 1.0, f.offender)
+            # so the pair's sign agreement is 1 by construction
+            pairs[(a, b)] = CopyPairRecord(
+                a, b, f.overlap, 1.0, f.offender, similarity=f.similarity, baseline=f.baseline, clear=f.clear
+            )
     return list(pairs.values())
 
 

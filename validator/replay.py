@@ -15,6 +15,7 @@ from typing import Any
 from scoring.data import Dataset
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState
+from scoring.uniqueness import unclear_pairs
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
 from validator.checking import check_window, clip_reference
 from validator.evaluation import evaluate_window, heldout
@@ -54,7 +55,10 @@ def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
         return PeerWindow(target, sub.status, sub.reason, sub.detail)
     data = ledger.archive.get(sub.content_digest)
     ts = sub.storage_time.timestamp() if sub.storage_time else None
-    fetch = FetchResult(sub.hotkey, "ok", data=data, size=len(data), etag=sub.etag, last_modified=ts)
+    fetch = FetchResult(
+        sub.hotkey, "ok", data=data, size=len(data), etag=sub.etag, last_modified=ts,
+        first_seen=sub.first_seen, seen_resolution_s=sub.seen_resolution_s,
+    )  # fmt: skip
     return PeerWindow(target, "ok", None, "", fetch)
 
 
@@ -103,7 +107,7 @@ def replay_window(
             f"rebuilt base {gm.base[:16]} differs from the stored {record.base_fingerprint[:16]}"
         )
     before = ledger.ratings_after(window - 1) if window > 0 else RatingState()
-    peers, _ = check_window(
+    peers, findings = check_window(
         [_peer(s, ledger) for s in record.submissions], window=window, base=gm.base, spec=param_spec(model),
         cfg=cfg.check, archive=lambda data: "", seen_before=lambda d: ledger.seen_before(d, window),
         secret_seed=record.heldout_seed,
@@ -114,7 +118,7 @@ def replay_window(
         ratings=before, budget=len(peers), cfg=cfg.eval, only={e.hotkey for e in record.evaluations},
     )  # fmt: skip
     state = rate_window(before, peers, window, cfg.policy)
-    gather = set(select_window(state, peers, window, cfg.policy).gather)
+    gather = set(select_window(state, peers, window, cfg.policy, twins=unclear_pairs(findings)).gather)
     stored, again = _stored_rows(record), _recomputed_rows(peers, state, gather)
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]

@@ -15,7 +15,7 @@ from scoring.data import Dataset, window_seed
 from scoring.model import param_spec
 from scoring.ranking import RatingState
 from scoring.selection import Selection
-from scoring.uniqueness import CopyFinding
+from scoring.uniqueness import CopyFinding, unclear_pairs
 from storage.records import WindowRecord
 from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
 from validator.checking import CheckConfig, EagerDecoder, Judged, check_window, clip_reference, file_judge
@@ -100,7 +100,7 @@ def run_window(r: Round, window: int) -> WindowReport:
     r.hook("evaluate", window)
     with timer("rate"):
         ratings = rate_window(r.ratings, peers, window, r.cfg.policy)
-        selection = select_window(ratings, peers, window, r.cfg.policy)
+        selection = select_window(ratings, peers, window, r.cfg.policy, twins=unclear_pairs(findings))
         updates = {p.hotkey: p.update for p in peers if p.update is not None}
         chosen = [updates[h] for h in selection.gather]  # selection only picks valid peers
         digests = [u.digest for u in chosen]

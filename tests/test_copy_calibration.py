@@ -1,0 +1,82 @@
+"""Copy detection calibrated against honest pairs, on real updates of the tiny model (issue 12).
+
+Honest peers trained from the same base share most top-k positions when they train little (one
+inner step: overlap ≈ 0.74), so a fixed overlap threshold rejected every honest peer of
+`gauntlet demo --inner-steps 1`; a copy with noise added and re-sparsified keeps an overlap an
+honest pair could have (≈ 0.32) and went unflagged. Both are judged here on real updates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from scoring.data import Dataset, assigned_pages, batches
+from scoring.encoder import compress_to_sparse
+from scoring.model import ModelConfig, build_model
+from scoring.train import InnerConfig, train_inner
+from scoring.types import SparseParam
+from scoring.uniqueness import PeerPayload, find_copies, offender_tiers
+
+Update = dict[str, SparseParam]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    from tests.loss_score_fixtures import corpus_dataset
+
+    torch.set_num_threads(1)
+    return corpus_dataset(tmp_path_factory.mktemp("corpus"))
+
+
+def honest_updates(ds: Dataset, steps: int, peers: int) -> list[Update]:
+    model = build_model(ModelConfig.tiny(), seed=0)
+    out = []
+    for uid in range(1, peers + 1):
+        pages = assigned_pages(1, uid, public_seed="calibration", n_pages=8, dataset=ds)
+        delta = train_inner(model, batches(ds, pages, 8), InnerConfig(steps=steps, lr=2e-3))
+        out.append(compress_to_sparse(delta, None))
+    return out
+
+
+def noisy_copy(victim: Update, seed: int) -> Update:
+    """The victim's update plus noise at half each parameter's kept RMS, compressed again."""
+    gen = torch.Generator().manual_seed(seed)
+    dense = {}
+    for name, p in victim.items():
+        rms = p.values.norm() / max(p.values.numel(), 1) ** 0.5
+        dense[name] = p.dense() + torch.randn(p.shape, generator=gen) * 0.5 * rms
+    return compress_to_sparse(dense, None)
+
+
+def blend(a: Update, b: Update) -> Update:
+    return compress_to_sparse({n: (a[n].dense() + b[n].dense()) / 2 for n in a}, None)
+
+
+def payloads(updates: list[Update], first_copy: int) -> list[PeerPayload]:
+    """Honest peers upload at t = 0..; copies 10 s later (clearly after, resolution 1 s)."""
+    return [
+        PeerPayload(f"p{i}", f"d{i}", float(i) / 10 + (10.0 if i >= first_copy else 0.0), u, 1.0)
+        for i, u in enumerate(updates)
+    ]
+
+
+def test_honest_peers_with_one_inner_step_are_never_flagged(dataset: Dataset) -> None:
+    honest = honest_updates(dataset, steps=1, peers=6)
+    for seed in range(4):
+        found = find_copies(payloads(honest, len(honest)), seed=seed)
+        assert found == [], [(f.offender, f.other, f.overlap, f.similarity, f.baseline) for f in found]
+
+
+def test_noisy_copies_and_blends_are_flagged_and_honest_peers_are_not(dataset: Dataset) -> None:
+    honest = honest_updates(dataset, steps=20, peers=5)
+    adversaries = [noisy_copy(honest[0], 1), blend(honest[1], honest[2])]
+    peers = payloads(honest + adversaries, len(honest))
+    for seed in range(4):
+        found = find_copies(peers, seed=seed)
+        tiers = offender_tiers(found)
+        assert set(tiers) == {"p5", "p6"}, [(f.offender, f.other, f.overlap, f.similarity) for f in found]
+        noisy = next(f for f in found if f.offender == "p5")
+        assert noisy.other == "p0" and noisy.overlap < 0.4  # the old fixed threshold never saw it
