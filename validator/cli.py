@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 # typer ≥ 0.29 vendors its own click: its exceptions are not click's.
-from typer._click.exceptions import ClickException
+from typer._click.core import Context
+from typer._click.exceptions import ClickException, UsageError
+from typer.core import TyperOption
 
 from validator.cli_api import api
+from validator.cli_data import data_app
 from validator.cli_demo import demo
 from validator.cli_ops import config_app, db_app, run
 from validator.cli_replay import replay
 from validator.cli_submission import submission_app
+from validator.doctor import doctor
+from validator.wiring import code_version
+
+_option_type = TyperOption.display_type_rich
+
+
+def _flag_without_type(self: TyperOption, ctx: Context) -> str | None:
+    """typer 0.29 labels every flag `<bool>` in help, though a flag takes no value: show none."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -21,13 +37,41 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Gauntlet: the validator for permissionless pre-training.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gauntlet {code_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Gauntlet: the validator for permissionless pre-training."""
+
+
 app.add_typer(submission_app, name="submission")
 app.command("demo")(demo)
 app.command("run")(run)
 app.command("api")(api)
 app.command("replay")(replay)
+app.command("doctor")(doctor)
 app.add_typer(db_app, name="db")
 app.add_typer(config_app, name="config")
+app.add_typer(data_app, name="data")
+
+
+def _one_line(e: ClickException) -> str:
+    """click's usage errors span three lines (usage, hint, error): one line says the same."""
+    hint = ""
+    if isinstance(e, UsageError) and e.ctx is not None:
+        hint = f" (see '{e.ctx.command_path} --help')"
+    return f"error: {' '.join(e.format_message().split())}{hint}"
 
 
 def main() -> None:
@@ -35,7 +79,7 @@ def main() -> None:
     try:
         rc = app(standalone_mode=False)
     except ClickException as e:
-        e.show()
+        typer.echo(_one_line(e), err=True)
         sys.exit(1)
     except typer.Abort:
         sys.exit(1)

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from alembic.util.exc import CommandError
 from prometheus_client import start_http_server
 from sqlalchemy.exc import SQLAlchemyError
 
-from scoring.data import Dataset
 from scoring.signing import Signer, dev_keypair
 from storage import migrate
 from validator.chain import Chain, WindowConfig
+from validator.cli_common import check_model_path, db_error, fail, log_startup, open_dataset, sqlite_file
 from validator.commitments import LocationPolicy
 from validator.logs import configure_logging
 from validator.metrics import Metrics
@@ -43,8 +44,25 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     try:
         migrate.upgrade(s.database_url, revision)
     except SQLAlchemyError as e:
-        typer.echo(f"cannot migrate {s.masked()['database_url']}: {type(e).__name__}: {e}", err=True)
-        raise typer.Exit(1) from None
+        fail(f"cannot migrate {s.masked()['database_url']}: {db_error(e)}")
+    except CommandError as e:  # an unknown or ambiguous revision
+        fail(f"cannot migrate to {revision!r}: {e} (this code's head is {migrate.head()})")
+    typer.echo(
+        json.dumps({"database": s.masked()["database_url"], "revision": migrate.current(s.database_url)})
+    )
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. -1")]) -> None:
+    """Roll the schema back (take a backup first: a downgrade can drop columns)."""
+    s = load_settings()
+    require_database(s)
+    try:
+        migrate.downgrade(s.database_url, revision)
+    except SQLAlchemyError as e:
+        fail(f"cannot migrate {s.masked()['database_url']}: {db_error(e)}")
+    except CommandError as e:
+        fail(f"cannot downgrade to {revision!r}: {e}")
     typer.echo(
         json.dumps({"database": s.masked()["database_url"], "revision": migrate.current(s.database_url)})
     )
@@ -54,7 +72,23 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 def db_current() -> None:
     """Print the database's current revision (null before the first upgrade)."""
     s = load_settings()
-    typer.echo(json.dumps({"revision": migrate.current(s.database_url), "head": migrate.head()}))
+    require_database(s)
+    try:
+        revision = migrate.current(s.database_url)
+    except SQLAlchemyError as e:
+        fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
+    typer.echo(json.dumps({"revision": revision, "head": migrate.head()}))
+
+
+def require_database(s: Settings) -> None:
+    """Reading a SQLite URL whose file is absent would create an empty database (by default
+    `gauntlet.db` in whatever folder the command ran in): say where it looked instead."""
+    path = sqlite_file(s.database_url)
+    if path is not None and not path.exists():
+        fail(
+            f"no database at {path.resolve()}: set GAUNTLET_DATABASE_URL or GAUNTLET_CONFIG, "
+            "or create it with `gauntlet db upgrade`"
+        )
 
 
 @config_app.command("show")
@@ -63,7 +97,7 @@ def config_show() -> None:
     typer.echo(json.dumps(load_settings().masked(), indent=2, sort_keys=True))
 
 
-def _chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
+def chain_for(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
     if s.chain == "subtensor":
         from validator.subtensor_chain import SubtensorChain, SubtensorChainConfig
 
@@ -91,16 +125,10 @@ def run(
     """Run the validator beside a subnet (GAUNTLET_CHAIN=subtensor) or a local chain."""
     s = load_settings()
     configure_logging()
-    if s.dataset_path is None:
-        typer.echo(
-            "GAUNTLET_DATASET_PATH is required (a folder of token shards with manifest.json)", err=True
-        )
-        raise typer.Exit(1)
-    dataset = Dataset.open(s.dataset_path, seq_len=s.seq_len)
-    chain, hotkey, locations, signer = _chain(s)
+    dataset = open_dataset(s)
+    check_model_path(s)
+    chain, hotkey, locations, signer = chain_for(s)
     metrics = Metrics()
-    if s.metrics_port is not None:
-        start_http_server(s.metrics_port, addr=s.api_host, registry=metrics.registry)
     start = max(WindowConfig(s.blocks_per_window).window_of(chain.block()) - 1, 0)
 
     def connect(old: Round | None = None) -> Round:
@@ -110,10 +138,20 @@ def run(
             validator_hotkey=hotkey, locations=locations, metrics=metrics, signer=signer,
         )  # fmt: skip
 
+    try:
+        first = connect()
+    except LookupError as e:  # a database newer than its work folder (deploy/README.md §5)
+        fail(f"{e}: restore {Path(s.workdir).resolve()} from the same backup as the database")
+    except SQLAlchemyError as e:
+        fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
+    device = next(first.model.model.parameters()).device
+    log_startup("run", s, hotkey=hotkey, device=str(device), model=first.model.base, window=start)
+    if s.metrics_port is not None:
+        start_http_server(s.metrics_port, addr=s.api_host, registry=metrics.registry)
     stop = threading.Event()
     install_sigterm(stop)
     serve(
-        connect(),
+        first,
         stop=stop,
         reconnect=connect,
         put_window_s=s.put_window_s,

@@ -7,9 +7,10 @@ commits every window to SQLite (or GAUNTLET_DATABASE_URL). Time is a simulated c
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 from scoring.corpus import generate_corpus
 from scoring.data import Dataset, batches, derive_seed, draw_pages
 from scoring.loss_score import mean_loss
+from scoring.model import param_spec
 from scoring.signing import dev_keypair
 from scoring.train import InnerConfig
 from scoring.wire import CodecConfig
@@ -68,6 +70,8 @@ class DemoRunner:
     """Owns the local chain, the simulated peers and the validator's Round across windows."""
 
     def __init__(self, cfg: DemoConfig, *, hook: Callable[[str, int], None] | None = None) -> None:
+        # Absolute: the generated TOML must find this run from any folder (`gauntlet replay`).
+        cfg = replace(cfg, workdir=cfg.workdir.absolute())
         self.cfg, self.hook = cfg, hook
         self.settings = demo_settings(cfg.workdir)
         cfg.workdir.mkdir(parents=True, exist_ok=True)
@@ -96,6 +100,13 @@ class DemoRunner:
         self.eval_batches = batches(self.dataset, fixed, 8)
         self.previous: dict[str, torch.Tensor] | None = None  # the global model one window ago
         self.round = self.connect()
+        # what `gauntlet submission inspect --shapes` needs to check a file against this model
+        spec = {name: list(shape) for name, shape in param_spec(self.round.model.model).items()}
+        self.shapes_path.write_text(json.dumps(spec))
+
+    @property
+    def shapes_path(self) -> Path:
+        return self.cfg.workdir / "shapes.json"
 
     def connect(self) -> Round:
         """(Re)build the validator from storage, as a restarted process would."""

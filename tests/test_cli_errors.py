@@ -1,0 +1,104 @@
+"""Operator mistakes end in one line naming the problem and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from storage import migrate
+from tests.cli_fixtures import assert_one_line, call, clean_env
+from validator.wiring import code_version
+
+__all__ = ["clean_env"]  # the fixture, used by name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    result = call(["--version"], capsys)
+    assert result.code == 0 and result.out.strip() == f"gauntlet {code_version()}"
+
+
+def test_flags_are_shown_without_a_type(capsys: pytest.CaptureFixture[str]) -> None:
+    result = call(["demo", "--help"], capsys)
+    assert "--no-api" in result.out and "--fresh" in result.out
+    assert "<bool>" not in result.out
+    assert "<int" in result.out  # options that take a value still say which
+
+
+def test_unknown_command_and_bad_option(capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_line(call(["nosuch"], capsys), 1, "nosuch", "gauntlet --help")
+    assert_one_line(call(["demo", "--windows", "0"], capsys), 1, "--windows")
+
+
+def test_db_current_with_an_unreachable_database(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()  # nothing listens there
+    clean_env.setenv("GAUNTLET_DATABASE_URL", f"postgresql+psycopg://postgres:hunter2@127.0.0.1:{port}/x")
+    result = call(["db", "current"], capsys)
+    assert_one_line(result, 1, "cannot reach the database", str(port))
+    assert "hunter2" not in result.err  # the password stays masked
+
+
+def test_db_upgrade_to_an_unknown_revision(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.setenv("GAUNTLET_DATABASE_URL", f"sqlite:///{tmp_path / 'v.db'}")
+    assert_one_line(call(["db", "upgrade", "bogusrev"], capsys), 1, "'bogusrev'", migrate.head())
+
+
+def test_db_current_without_configuration_creates_no_database(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.chdir(tmp_path)
+    result = call(["db", "current"], capsys)
+    assert_one_line(result, 1, "no database at", "GAUNTLET_DATABASE_URL")
+    assert list(tmp_path.iterdir()) == []  # no gauntlet.db appeared in the current folder
+    clean_env.setenv("GAUNTLET_DATABASE_URL", f"sqlite:///{tmp_path / 'made.db'}")
+    assert call(["db", "upgrade"], capsys).code == 0
+    made = call(["db", "current"], capsys)
+    assert made.code == 0 and migrate.head() in made.out
+
+
+@pytest.mark.parametrize(
+    ("env", "fragments"),
+    [
+        ({}, ("GAUNTLET_DATASET_PATH is required",)),
+        ({"GAUNTLET_DATASET_PATH": "{tmp}/absent"}, ("no dataset at", "absent", "gauntlet data build")),
+        ({"GAUNTLET_DATASET_PATH": "{tmp}"}, ("manifest.json is missing",)),
+    ],
+    ids=["unset", "absent", "not-a-dataset"],
+)
+def test_run_with_a_missing_dataset(
+    env: dict[str, str],
+    fragments: tuple[str, ...],
+    clean_env: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    clean_env.chdir(tmp_path)
+    for key, value in env.items():
+        clean_env.setenv(key, value.format(tmp=tmp_path))
+    assert_one_line(call(["run", "--windows", "1"], capsys), 1, *fragments)
+
+
+def test_run_with_a_missing_model_checkpoint(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scoring.corpus import generate_corpus
+
+    generate_corpus(tmp_path / "corpus", seed=0, n_tokens=20_000, shard_tokens=10_000)
+    clean_env.chdir(tmp_path)
+    clean_env.setenv("GAUNTLET_DATASET_PATH", str(tmp_path / "corpus"))
+    clean_env.setenv("GAUNTLET_MODEL_PATH", str(tmp_path / "model"))
+    assert_one_line(call(["run", "--windows", "1"], capsys), 1, "no checkpoint at", "GAUNTLET_MODEL_PATH")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"hidden_size": 8}')
+    assert_one_line(call(["run", "--windows", "1"], capsys), 1, "cannot load the checkpoint", "KeyError")

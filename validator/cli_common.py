@@ -1,0 +1,100 @@
+"""What every `gauntlet` sub-command shares: one-line failures, the start-up line, port checks."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+from pathlib import Path
+from typing import Any, NoReturn
+
+import structlog
+import typer
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from scoring.checkpoint import config_from_hf, weight_map
+from scoring.data import MANIFEST_NAME, Dataset
+from validator.settings import Settings
+from validator.wiring import code_version
+
+log = structlog.get_logger(__name__)
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One line on stderr naming the problem (and what to do), then exit: never a traceback."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(code)
+
+
+def db_error(e: SQLAlchemyError) -> str:
+    """The driver's own first line ("connection refused", "database does not exist"), not
+    SQLAlchemy's wrapper with its statement and background link."""
+    inner = getattr(e, "orig", None) or e
+    lines = str(inner).strip().splitlines()
+    return f"{type(inner).__name__}: {lines[0] if lines else ''}"
+
+
+def open_dataset(s: Settings) -> Dataset:
+    """The token shards the validator draws pages from, or one line saying what is missing."""
+    if s.dataset_path is None:
+        fail("GAUNTLET_DATASET_PATH is required (a folder of token shards with manifest.json)")
+    root = Path(s.dataset_path)
+    if not (root / MANIFEST_NAME).is_file():
+        fail(f"no dataset at {root.resolve()}: {MANIFEST_NAME} is missing (build one: gauntlet data build)")
+    try:
+        return Dataset.open(root, seq_len=s.seq_len)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"cannot open the dataset at {root.resolve()}: {type(e).__name__}: {e}")
+
+
+def check_model_path(s: Settings) -> None:
+    """A configured checkpoint that is absent or not a LLaMA layout we implement fails at start,
+    in one line, not after the chain and database are connected."""
+    if s.model_path is None:
+        return
+    root = Path(s.model_path)
+    if not (root / "config.json").is_file():
+        fail(f"no checkpoint at {root.resolve()}: config.json is missing (GAUNTLET_MODEL_PATH)")
+    try:
+        config_from_hf(json.loads((root / "config.json").read_text()))
+        weight_map(root)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"cannot load the checkpoint at {root.resolve()}: {type(e).__name__}: {e}")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether binding `host:port` fails now, checked before minutes of work depend on it.
+
+    SO_REUSEADDR as uvicorn sets it, so a socket in TIME_WAIT from our last run does not count."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a sqlite URL (None for Postgres and in-memory SQLite)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def store_of(s: Settings) -> str:
+    """Where archived submissions and checkpoints go, as the start-up line names it."""
+    return s.masked()["archive_url"] or str((Path(s.workdir) / "blobs").resolve())
+
+
+def log_startup(command: str, s: Settings, **extra: Any) -> None:
+    """One line an operator can check at a glance: which code, which subnet, which key, which data."""
+    log.info(
+        "startup", command=command, version=code_version(), chain=s.chain, network=s.network,
+        netuid=s.netuid, database=s.masked()["database_url"], store=store_of(s), device=s.device,
+        **extra,
+    )  # fmt: skip
