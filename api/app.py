@@ -16,19 +16,25 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files
+from pathlib import Path
+from typing import Final
 
 import uvicorn
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from api import routes_ops, routes_peers, routes_windows, server
+from api import routes_ops, routes_peers, routes_trends, routes_windows, server
 from api.deps import AppState, build_state
 from api.events import relay_events
 from api.http import SecurityHeadersMiddleware, install_error_handlers
 from api.metrics import MetricsMiddleware
 from api.routes_ops import STATIC_DIR
 from api.settings import ApiConfig
+
+# Swagger UI's JS and CSS as the fastapi-offline package ships them (MIT; Swagger UI is Apache-2.0).
+SWAGGER_DIR: Final = Path(str(files("fastapi_offline") / "static"))
 
 
 def _version() -> str:
@@ -69,13 +75,18 @@ def create_app(config: ApiConfig) -> FastAPI:
         version=_version(),
         description="Read-only view of the validator's decisions: peers, windows, selections, weights.",
         lifespan=_lifespan(state),
+        # FastAPI's own pages load Swagger UI and ReDoc from a CDN: routes_ops serves /docs locally.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.gauntlet = state
     install_error_handlers(app)
     app.include_router(routes_peers.router)
     app.include_router(routes_windows.router)
+    app.include_router(routes_trends.router)
     app.include_router(routes_ops.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/docs-assets", StaticFiles(directory=SWAGGER_DIR), name="docs-assets")
     if config.cors_origins:
         app.add_middleware(
             CORSMiddleware,

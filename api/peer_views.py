@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from sqlalchemy.orm import Session
@@ -20,7 +21,7 @@ from api.schemas import (
     SelectionOut,
     UidSpan,
 )
-from api.window_views import below, evaluation_out, load_window, rating_out
+from api.window_views import below, evaluation_out, load_window, public, rating_out
 from storage.queries import leaderboard, list_windows, peer_history, peer_summary
 from storage.records import LeaderboardEntry, PeerSummary, WindowRecord
 
@@ -53,7 +54,23 @@ def resolve_peer(session: Session, ident: str) -> PeerSummary:
     return summary
 
 
-def _row(entry: LeaderboardEntry, status: str | None) -> PeerRow:
+@dataclass(frozen=True, slots=True)
+class PeerFilter:
+    """Which peers /v1/peers lists; None matches everything."""
+
+    status: str | None = None
+    hotkey_prefix: str | None = None
+    label: str | None = None
+
+    def matches(self, row: PeerRow) -> bool:
+        return (
+            (self.status is None or row.last_status == self.status)
+            and (self.hotkey_prefix is None or row.hotkey.startswith(self.hotkey_prefix))
+            and (self.label is None or row.label == self.label)
+        )
+
+
+def _row(entry: LeaderboardEntry, status: str | None, label: str | None) -> PeerRow:
     return PeerRow(
         rank=entry.rank,
         uid=entry.uid,
@@ -66,6 +83,7 @@ def _row(entry: LeaderboardEntry, status: str | None) -> PeerRow:
         last_status=status,
         last_evaluated_window=entry.last_evaluated_window,
         updated_window=entry.updated_window,
+        label=label,
     )
 
 
@@ -85,12 +103,18 @@ def peer_list(
     descending: bool,
     limit: int,
     offset: int,
+    where: PeerFilter = PeerFilter(),
+    labels: Mapping[str, str] | None = None,
 ) -> PeerList:
+    """The ranking (rank is the place in the whole ranking, also when filtered), sorted, filtered
+    and paginated."""
     statuses: dict[str, str] = {}
     stored = None if latest is None else load_window(session, memo, latest)
     if stored is not None:
         statuses = {s.hotkey: s.status for s in stored[1].submissions}
-    rows = [_row(e, statuses.get(e.hotkey)) for e in leaderboard(session=session)]
+    labels = labels or {}
+    every = [_row(e, statuses.get(e.hotkey), labels.get(e.hotkey)) for e in leaderboard(session=session)]
+    rows = [r for r in every if where.matches(r)]
     page = _sorted(rows, sort, descending)[offset : offset + limit]
     return PeerList(window=latest, total=len(rows), offset=offset, limit=limit, peers=page)
 
@@ -101,7 +125,7 @@ def _peer_window(hotkey: str, state: str, record: WindowRecord) -> PeerWindow | 
     ev = next((e for e in record.evaluations if e.hotkey == hotkey), None)
     rating = next((r for r in record.ratings if r.hotkey == hotkey), None)
     sel = next((s for s in record.selections if s.hotkey == hotkey), None)
-    penalties = [PenaltyOut(**asdict(p)) for p in record.penalties if p.hotkey == hotkey]
+    penalties = [public(PenaltyOut, p) for p in record.penalties if p.hotkey == hotkey]
     if sub is None and ev is None and rating is None and sel is None and not penalties:
         return None
     return PeerWindow(
@@ -113,7 +137,7 @@ def _peer_window(hotkey: str, state: str, record: WindowRecord) -> PeerWindow | 
         evaluation=None if ev is None else evaluation_out(ev),
         rating=None if rating is None else rating_out(rating),
         penalties=penalties,
-        selection=None if sel is None else SelectionOut(**asdict(sel)),
+        selection=None if sel is None else public(SelectionOut, sel),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final, Literal
@@ -17,7 +19,8 @@ from api.events import ReleasingStream, stream_events
 from api.http import ERROR_RESPONSES, ApiError
 from api.schemas import ErrorResponse, Health, Readiness
 from api.window_views import below
-from storage.queries import latest_committed_window, list_windows
+from storage import migrate
+from storage.queries import latest_committed_window, list_windows, schema_revision
 
 STATIC_DIR: Final = Path(__file__).resolve().parent / "static"
 # The dashboard loads nothing from elsewhere: the policy makes the browser enforce it.
@@ -25,7 +28,12 @@ DASHBOARD_CSP: Final = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 )
+# Swagger UI sets inline styles on its elements; scripts still come only from this origin.
+DOCS_CSP: Final = DASHBOARD_CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
 STREAM_RETRY_S: Final = 30  # Retry-After for a refused event stream
+
+_head = functools.cache(migrate.head)  # the revisions shipped with the code do not change
+ReadyStatus = Literal["ready", "stale", "not_migrated", "no_windows"]
 
 router = APIRouter(tags=["operations"])
 
@@ -35,12 +43,34 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-def _last_commit(session: Session) -> tuple[int | None, datetime | None]:
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    revision: str | None
+    latest: int | None
+    committed_at: datetime | None
+
+
+def _facts(session: Session) -> _Facts:
+    revision = schema_revision(session=session)
+    if revision is None:
+        return _Facts(None, None, None)
     latest = latest_committed_window(session=session)
     if latest is None:
-        return None, None
+        return _Facts(revision, None, None)
     headers = list_windows(session=session, limit=1, before=below(latest))
-    return latest, headers[0].committed_at if headers else None
+    return _Facts(revision, latest, headers[0].committed_at if headers else None)
+
+
+def _verdict(facts: _Facts, age: float | None, max_age: float | None) -> tuple[ReadyStatus, str | None]:
+    """Ready means: the schema is the one this code reads, at least one window is committed, and the
+    newest commit is recent enough (when `max_age` is set). Anything else is a 503 with a reason."""
+    if facts.revision != _head():
+        return "not_migrated", f"database at revision {facts.revision}, this code reads {_head()}"
+    if facts.latest is None:
+        return "no_windows", "no window committed yet"
+    if max_age is not None and age is not None and age > max_age:
+        return "stale", f"newest commit is {age:.0f} s old (limit {max_age:.0f} s)"
+    return "ready", None
 
 
 async def _readiness(state: AppState) -> tuple[int, bytes]:
@@ -48,33 +78,34 @@ async def _readiness(state: AppState) -> tuple[int, bytes]:
     if state.redis.configured:
         redis = "up" if await state.redis.call(lambda r: r.ping()) else "down"
     try:
-        latest, committed_at = await state.read(_last_commit)
+        facts = await state.read(_facts)
     except DBAPIError:
         body = Readiness(
             status="unavailable",
+            reason="the database cannot be reached",
             database=False,
             redis=redis,
             latest_committed_window=None,
             last_commit_age_s=None,
         )
         return 503, body.model_dump_json().encode()
-    age = None if committed_at is None else (datetime.now(UTC) - committed_at).total_seconds()
-    limit = state.config.max_commit_age_s
-    stale = limit is not None and age is not None and age > limit
+    age = None if facts.committed_at is None else (datetime.now(UTC) - facts.committed_at).total_seconds()
+    status, reason = _verdict(facts, age, state.config.max_commit_age_s)
     body = Readiness(
-        status="stale" if stale else "ready",
+        status=status,
+        reason=reason,
         database=True,
         redis=redis,
-        latest_committed_window=latest,
+        latest_committed_window=facts.latest,
         last_commit_age_s=age,
     )
-    return 503 if stale else 200, body.model_dump_json().encode()
+    return 200 if status == "ready" else 503, body.model_dump_json().encode()
 
 
 @router.get(
     "/readyz",
     response_model=Readiness,
-    summary="Database reachable and the newest commit recent enough",
+    summary="Database reachable and migrated, a window committed, the newest commit recent enough",
     responses={503: {"model": Readiness, "description": "not ready"}},
 )
 async def readyz(state: StateDep) -> Response:
@@ -130,4 +161,12 @@ async def dashboard() -> FileResponse:
     return FileResponse(
         STATIC_DIR / "index.html",
         headers={"Content-Security-Policy": DASHBOARD_CSP, "Cache-Control": "no-cache"},
+    )
+
+
+@router.get("/docs", include_in_schema=False)
+async def docs() -> FileResponse:
+    """Swagger UI, served with its assets from this process (works offline, no CDN)."""
+    return FileResponse(
+        STATIC_DIR / "docs.html", headers={"Content-Security-Policy": DOCS_CSP, "Cache-Control": "no-cache"}
     )

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import StateDep, rate_limit
 from api.http import ERROR_RESPONSES, LIVE, dump, json_response
-from api.peer_views import PeerSort, history_body, peer_detail, peer_list, resolve_peer
+from api.peer_views import PeerFilter, PeerSort, history_body, peer_detail, peer_list, resolve_peer
 from api.schemas import PeerDetail, PeerHistory, PeerList
 from api.window_views import MAX_WINDOW
 
@@ -20,6 +20,7 @@ router = APIRouter(
 
 PeerIdent = Annotated[str, Path(description="the peer's hotkey (ss58) or the uid it holds now")]
 WindowBound = Query(ge=0, le=MAX_WINDOW)
+NAME = r"^[a-z][a-z0-9_]{0,31}$"  # a status or behaviour name
 
 
 @router.get("/peers", response_model=PeerList, summary="Current ranking")
@@ -30,9 +31,21 @@ async def get_peers(
     order: Literal["asc", "desc"] = "asc",
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    status: Annotated[
+        str | None, Query(pattern=NAME, description="only peers with this status in the newest window")
+    ] = None,
+    hotkey_prefix: Annotated[
+        str | None, Query(min_length=1, max_length=64, description="only hotkeys that start with this")
+    ] = None,
+    label: Annotated[
+        str | None, Query(pattern=NAME, description="only peers with this behaviour (where known)")
+    ] = None,
 ) -> Response:
     latest = await state.commits.latest()
-    key = state.cache.key(latest, f"peers:{sort}:{order}:{limit}:{offset}")
+    where = PeerFilter(status=status, hotkey_prefix=hotkey_prefix, label=label)
+    # The cache key carries the filter; repr quotes the prefix, so no two filters share a key.
+    key = state.cache.key(latest, f"peers:{sort}:{order}:{limit}:{offset}:{where!r}")
+    labels = dict(state.config.peer_labels)
 
     def build() -> bytes:
         return dump(
@@ -45,6 +58,8 @@ async def get_peers(
                     descending=order == "desc",
                     limit=limit,
                     offset=offset,
+                    where=where,
+                    labels=labels,
                 )
             )
         )

@@ -22,7 +22,7 @@ class ErrorResponse(Schema):
 
 
 class PeerRow(Schema):
-    rank: int = Field(description="1 is the best final score")
+    rank: int = Field(description="1 is best: final score, then ordinal, then uid (one rule everywhere)")
     uid: int
     hotkey: str
     mu: float
@@ -33,11 +33,12 @@ class PeerRow(Schema):
     last_status: str | None = Field(description="submission status in the newest committed window")
     last_evaluated_window: int | None
     updated_window: int
+    label: str | None = Field(default=None, description="the peer's simulated behaviour (demo only)")
 
 
 class PeerList(Schema):
     window: int | None = Field(description="newest committed window")
-    total: int
+    total: int = Field(description="peers that pass the filters")
     offset: int
     limit: int
     peers: list[PeerRow]
@@ -216,8 +217,30 @@ class Health(Schema):
     status: Literal["ok"]
 
 
+class WeightList(Schema):
+    weight_sets: list[WeightSetOut] = Field(description="weight-setting attempts, newest first")
+    next_before: int | None = Field(description="pass as `before` for older attempts; null at the end")
+
+
+class WindowTrendOut(Schema):
+    window: int
+    committed_at: datetime | None
+    heldout_loss: float | None = Field(
+        description="the global model's loss on the window's held-out pages before its aggregate"
+    )
+    statuses: dict[str, int] = Field(description="peers by submission status")
+    timings: dict[str, float] = Field(description="seconds per stage")
+    n_selected: int
+    weight_outcomes: list[str] = Field(description="weight-setting attempts for the window, oldest first")
+
+
+class Trends(Schema):
+    windows: list[WindowTrendOut] = Field(description="the newest committed windows, oldest first")
+
+
 class Readiness(Schema):
-    status: Literal["ready", "stale", "unavailable"]
+    status: Literal["ready", "stale", "unavailable", "not_migrated", "no_windows"]
+    reason: str | None = Field(default=None, description="why it is not ready")
     database: bool
     redis: Literal["up", "down", "disabled"]
     latest_committed_window: int | None

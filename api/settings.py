@@ -47,6 +47,7 @@ class ApiConfig:
     header_timeout_s: float = 10.0
     trusted_proxies: tuple[str, ...] = ()
     readiness_ttl_s: float = 1.0
+    peer_labels: tuple[tuple[str, str], ...] = ()  # (hotkey, behaviour) pairs the demo knows
 
     def __post_init__(self) -> None:
         make_url(self.database_url)  # raises on a malformed URL before anything connects
@@ -54,6 +55,7 @@ class ApiConfig:
             raise ValueError(f"redis_url must be a redis:// URL, got {self.redis_url!r}")
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         object.__setattr__(self, "trusted_proxies", tuple(self.trusted_proxies))
+        object.__setattr__(self, "peer_labels", tuple((str(h), str(b)) for h, b in self.peer_labels))
         if self.rate_limit_per_minute < 0 or self.ops_rate_limit_per_minute < 0:
             raise ValueError("rate limits must be >= 0 (0 disables one)")
         positive = {

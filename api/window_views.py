@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from api.cache import StoredWindow, WindowMemo
@@ -24,6 +25,7 @@ from api.schemas import (
 from storage.queries import list_windows, weight_sets, window_detail
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord
 
+M = TypeVar("M", bound=BaseModel)
 MAX_WINDOW = 2**31 - 1  # the column is a 32-bit integer: larger numbers cannot exist
 
 
@@ -51,6 +53,12 @@ def load_window(session: Session, memo: WindowMemo, window: int) -> StoredWindow
     return stored
 
 
+def public(model: type[M], record: object, **extra: Any) -> M:
+    """`model` from the record's attributes of the same names. Only the schema's fields are read:
+    what storage adds to a record stays internal until the schema names it."""
+    return model(**{n: getattr(record, n) for n in model.model_fields if n not in extra}, **extra)
+
+
 def rating_out(r: RatingRecord) -> RatingOut:
     return RatingOut(
         hotkey=r.hotkey,
@@ -66,21 +74,19 @@ def rating_out(r: RatingRecord) -> RatingOut:
 
 
 def evaluation_out(e: EvaluationRecord) -> EvaluationOut:
-    values = asdict(e)
-    del values["timings"]
-    return EvaluationOut(**values)
+    return public(EvaluationOut, e)
 
 
 def submission_out(s: SubmissionRecord) -> SubmissionOut:
-    values = asdict(s)
-    del values["content_digest"]  # the archive's key: internal
-    return SubmissionOut(**values)
+    # Only the public fields: the record also carries internal ones (the archive key, the
+    # validator's own sightings), and a field added to storage must not leak or break the schema.
+    return public(SubmissionOut, s)
 
 
 def window_list(session: Session, *, limit: int, before: int | None) -> WindowList:
     rows = list_windows(session=session, limit=limit, before=before)
     return WindowList(
-        windows=[WindowSummaryOut(**asdict(w)) for w in rows],
+        windows=[public(WindowSummaryOut, w) for w in rows],
         next_before=rows[-1].window if len(rows) == limit and rows[-1].window > 0 else None,
     )
 
@@ -91,7 +97,7 @@ def window_body(session: Session, memo: WindowMemo, window: int) -> WindowDetail
         return None
     summary, record = stored
     return WindowDetail(
-        summary=WindowSummaryOut(**asdict(summary)),
+        summary=public(WindowSummaryOut, summary),
         heldout_seed=record.heldout_seed,
         config_digest=record.config_digest,
         code_version=record.code_version,
@@ -100,11 +106,11 @@ def window_body(session: Session, memo: WindowMemo, window: int) -> WindowDetail
         submissions=[submission_out(s) for s in record.submissions],
         evaluations=[evaluation_out(e) for e in record.evaluations],
         ratings=[rating_out(r) for r in record.ratings],
-        penalties=[PenaltyOut(**asdict(p)) for p in record.penalties],
-        copy_pairs=[CopyPairOut(**asdict(c)) for c in record.copy_pairs],
-        selection=[SelectionOut(**asdict(s)) for s in record.selections],
+        penalties=[public(PenaltyOut, p) for p in record.penalties],
+        copy_pairs=[public(CopyPairOut, c) for c in record.copy_pairs],
+        selection=[public(SelectionOut, s) for s in record.selections],
         weight_sets=[
-            WeightSetOut(**{**asdict(ws), "uids": list(ws.uids), "weights": list(ws.weights)})
+            public(WeightSetOut, ws, uids=list(ws.uids), weights=list(ws.weights))
             for ws in reversed(weight_sets(session=session, window=window))
         ],
     )
@@ -121,8 +127,9 @@ def selection_body(session: Session, memo: WindowMemo, window: int) -> WindowSel
     for sel in record.selections:
         sub = subs.get(sel.hotkey)
         peers.append(
-            SelectedPeer(
-                **asdict(sel),
+            public(
+                SelectedPeer,
+                sel,
                 object_key=sub.object_key if sub else None,
                 etag=sub.etag if sub else None,
                 version_id=sub.version_id if sub else None,

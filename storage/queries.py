@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from storage import models as m
@@ -80,8 +80,15 @@ def load_rating_state_before(*, session: Session, window: int) -> dict[str, Rati
     return {r.hotkey: _rating(r) for r in rows}
 
 
+def rank_key(final_score: float, mu: float, sigma: float, uid: int, hotkey: str = "") -> tuple[Any, ...]:
+    """THE ranking rule, used by the API, the dashboard (through the API) and the CLI table: best
+    final score first, then the better ordinal mu - 3 sigma (many peers tie at final 0, and an ok
+    peer must not rank below an invalid one), then the lower uid; the hotkey only makes it total."""
+    return (-final_score, -(mu - 3 * sigma), uid, hotkey)
+
+
 def leaderboard(*, session: Session, limit: int | None = None) -> list[LeaderboardEntry]:
-    """Peers by final score, best first (ties by hotkey, so the order is stable)."""
+    """Peers in `rank_key` order, best first (rank 1)."""
     cols = (
         m.Rating.hotkey,
         m.Rating.uid,
@@ -92,8 +99,9 @@ def leaderboard(*, session: Session, limit: int | None = None) -> list[Leaderboa
         m.Rating.last_evaluated_window,
         m.Rating.updated_window,
     )
-    stmt = select(*cols).order_by(m.Rating.final_score.desc(), m.Rating.hotkey).limit(limit)
-    return [LeaderboardEntry(i, *row) for i, row in enumerate(session.execute(stmt), start=1)]
+    # Sorted here, not in SQL, so that the one rule is spelled once (one row per peer: small).
+    rows = sorted(session.execute(select(*cols)), key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0]))
+    return [LeaderboardEntry(i, *row) for i, row in enumerate(rows[:limit], start=1)]
 
 
 def peer_history(
@@ -127,6 +135,14 @@ def peer_summary(*, session: Session, hotkey: str) -> PeerSummary | None:
         uid_history=tuple((u, f, last) for u, f, last in uids),
         rating=None if rating is None else _rating(rating),
     )
+
+
+def schema_revision(*, session: Session) -> str | None:
+    """The Alembic revision the database is at; None when it was never migrated."""
+    if not inspect(session.connection()).has_table("alembic_version"):
+        return None
+    revision: str | None = session.scalar(text("SELECT version_num FROM alembic_version"))
+    return revision
 
 
 def latest_committed_window(*, session: Session) -> int | None:
@@ -208,11 +224,15 @@ def window_detail(*, session: Session, window: int) -> WindowRecord | None:
     )
 
 
-def weight_sets(*, session: Session, window: int | None = None, limit: int = 50) -> list[WeightSetRecord]:
-    """Weight-setting attempts, newest first (optionally of one window)."""
+def weight_sets(
+    *, session: Session, window: int | None = None, limit: int = 50, before: int | None = None
+) -> list[WeightSetRecord]:
+    """Weight-setting attempts, newest first (optionally of one window, or of windows < `before`)."""
     stmt = select(m.WeightSet)
     if window is not None:
         stmt = stmt.where(m.WeightSet.window == window)
+    if before is not None:
+        stmt = stmt.where(m.WeightSet.window < before)
     rows = session.scalars(stmt.order_by(m.WeightSet.id.desc()).limit(limit))
     return [
         WeightSetRecord(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -63,9 +64,17 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
         )
         for i in range(n_peers)
     ]
+    heldout = 5.5 - window / 10  # the model improves window by window
     evals = [
         EvaluationRecord(
-            hotkey(i), 5.0, 4.9, 5.1, 5.0 - i / 100, 0.02 - i / 1000, 0.02, 1 if i % 2 == 0 else -1
+            hotkey(i),
+            5.0,
+            4.9,
+            heldout,
+            heldout - 0.1 - i / 100,
+            0.02 - i / 1000,
+            0.02,
+            1 if i % 2 == 0 else -1,
         )
         for i in range(3)
     ]
@@ -88,6 +97,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
         config_digest="c" * 64,
         code_version="test",
         start_block=1000 + 115 * window,
+        timings={"fetch": 1.0 + window / 10, "check": 0.5, "evaluate": 2.0 + window / 5, "commit": 0.25},
         aggregate_digests=[s.payload_digest or "" for s in subs[:2]],
         submissions=subs,
         evaluations=evals,
@@ -206,3 +216,59 @@ def pg_server_fixture(pg_db: SeededDb) -> Iterator[LiveServer]:
 def client_fixture(pg_server: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=pg_server.base_url, timeout=10) as client:
         yield client
+
+
+# Peers tied at final score 0: the ranking must order them by ordinal, then uid, and never by hotkey.
+# (uid, hotkey, final, mu, sigma): the invalid peer's hotkey sorts first, its ordinal is the worst.
+TIED: tuple[tuple[int, str, float, float, float], ...] = (
+    (0, "5AAAinvalid", 0.0, 14.0, 25 / 3),  # ordinal -11
+    (1, "5ZZZbest", 2.0, 31.0, 8.0),  # the only positive final score
+    (2, "5MMMok", 0.0, 30.0, 8.0),  # ordinal 6
+    (3, "5BBBok", 0.0, 30.0, 8.0),  # ordinal 6 as well: the lower uid first
+    (4, "5CCCnew", 0.0, 25.0, 25 / 3),  # ordinal 0
+)
+TIED_ORDER = [1, 2, 3, 4, 0]  # uids, best first
+
+
+def tied_record(window: int = 1) -> WindowRecord:
+    return WindowRecord(
+        window=window,
+        base_fingerprint=f"{window:064x}",
+        heldout_seed=f"seed{window}",
+        config_digest="c" * 64,
+        code_version="test",
+        submissions=[
+            SubmissionRecord(
+                hotkey=hk,
+                uid=uid,
+                status="invalid" if uid == 0 else "ok",
+                reason="bad_signature" if uid == 0 else None,
+            )
+            for uid, hk, *_ in TIED
+        ],
+        ratings=[
+            RatingRecord(hotkey=hk, uid=uid, mu=mu, sigma=sigma, bma=0.1, final_score=final)
+            for uid, hk, final, mu, sigma in TIED
+        ],
+    )
+
+
+def tied_database(url: str) -> SeededDb:
+    upgrade(url)
+    engine = make_engine(url)
+    with session_scope(engine) as session:
+        commit_window(session=session, record=tied_record())
+    return SeededDb(url, engine)
+
+
+def check_screenshot(path: Path, min_colours: int) -> None:
+    """A rendered page, not a blank one: a real size, and at least `min_colours` distinct colours
+    each covering a visible share of the page (background, panels, text, chart series...)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        assert image.width >= 800 and image.height >= 600, image.size
+        small = image.convert("RGB").resize((320, 240))
+    counts = small.getcolors(maxcolors=320 * 240) or []
+    visible = [colour for n, colour in counts if n >= 20]
+    assert len(visible) >= min_colours, (path, len(visible))

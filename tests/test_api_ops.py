@@ -14,6 +14,7 @@ from api.app import create_app
 from api.deps import AppState
 from api.ratelimit import RateLimiter
 from api.redis_gate import RedisGate
+from storage.migrate import upgrade
 from tests.api_fixtures import (
     SeededDb,
     client_fixture,
@@ -137,3 +138,21 @@ def test_the_api_serves_sqlite(tmp_path: Path) -> None:
     assert peers["window"] == 5 and [p["uid"] for p in peers["peers"]] == [0, 1, 2, 3, 4, 5]
     assert detail["windows"][0]["selection"]["role"] == "reserve"
     assert selection.headers["cache-control"].endswith("immutable")
+
+
+def test_readiness_needs_a_migrated_database_and_a_committed_window(tmp_path: Path) -> None:
+    never_migrated = f"sqlite:///{tmp_path}/bare.db"
+    empty = f"sqlite:///{tmp_path}/empty.db"
+    upgrade(empty)
+    with run_server(config_for(never_migrated)) as server:
+        bare = httpx.get(f"{server.base_url}/readyz")
+    with run_server(config_for(empty)) as server:
+        no_windows = httpx.get(f"{server.base_url}/readyz")
+    assert bare.status_code == 503 and bare.json()["status"] == "not_migrated"
+    assert "revision None" in bare.json()["reason"]
+    assert no_windows.status_code == 503
+    assert (no_windows.json()["status"], no_windows.json()["reason"]) == (
+        "no_windows",
+        "no window committed yet",
+    )
+    assert no_windows.json()["database"] is True and no_windows.json()["latest_committed_window"] is None

@@ -5,7 +5,16 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.api_fixtures import N_PEERS, client_fixture, hotkey, pg_db_fixture, pg_server_fixture
+from tests.api_fixtures import (
+    N_PEERS,
+    SeededDb,
+    client_fixture,
+    config_for,
+    hotkey,
+    pg_db_fixture,
+    pg_server_fixture,
+    run_server,
+)
 
 __all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
 
@@ -117,3 +126,27 @@ def test_live_reads_revalidate_with_etags(client: httpx.Client) -> None:
     again = client.get("/v1/peers", headers={"If-None-Match": first.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
     assert client.get("/v1/peers", headers={"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_peers_can_be_filtered_by_status_and_hotkey_prefix(client: httpx.Client) -> None:
+    ok = client.get("/v1/peers", params={"status": "ok"}).json()
+    assert [p["uid"] for p in ok["peers"]] == [0, 1, 2, 3] and ok["total"] == 4
+    # A filtered row keeps its place in the whole ranking.
+    invalid = client.get("/v1/peers", params={"status": "invalid"}).json()["peers"]
+    assert [(p["uid"], p["rank"]) for p in invalid] == [(N_PEERS - 1, N_PEERS)]
+    one = client.get("/v1/peers", params={"hotkey_prefix": hotkey(2)[:-1] + "2"}).json()["peers"]
+    assert [p["hotkey"] for p in one] == [hotkey(2)]
+    both = client.get("/v1/peers", params={"status": "ok", "hotkey_prefix": "5Peer"}).json()
+    assert both["total"] == 4
+    assert client.get("/v1/peers", params={"hotkey_prefix": "nobody"}).json()["peers"] == []
+    assert client.get("/v1/peers", params={"status": "OK; drop"}).status_code == 422
+    assert all(p["label"] is None for p in ok["peers"])  # behaviours are known only in the demo
+
+
+def test_peers_carry_and_filter_by_behaviour_where_known(pg_db: SeededDb) -> None:
+    labels = ((hotkey(0), "honest"), (hotkey(5), "malformed"))
+    with run_server(config_for(pg_db.url, peer_labels=labels)) as server:
+        every = httpx.get(f"{server.base_url}/v1/peers").json()["peers"]
+        honest = httpx.get(f"{server.base_url}/v1/peers", params={"label": "honest"}).json()["peers"]
+    assert [p["label"] for p in every] == ["honest", None, None, None, None, "malformed"]
+    assert [p["uid"] for p in honest] == [0]

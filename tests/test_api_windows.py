@@ -99,3 +99,34 @@ def test_bad_window_parameters_are_a_json_422(client: httpx.Client, path: str) -
 def test_unknown_route_is_a_json_404(client: httpx.Client) -> None:
     response = client.get("/v1/nothing")
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_weights_are_listed_newest_first(client: httpx.Client) -> None:
+    body = client.get("/v1/weights").json()
+    assert body == {
+        "weight_sets": [
+            {
+                "window": 5,
+                "block": 9000,
+                "uids": [0, 1],
+                "weights": [0.75, 0.25],
+                "outcome": "ok",
+                "error": None,
+            }
+        ],
+        "next_before": None,
+    }
+    assert client.get("/v1/weights", params={"before": 5}).json()["weight_sets"] == []
+    assert client.get("/v1/weights", params={"limit": 0}).status_code == 422
+
+
+def test_trends_chart_every_committed_window(client: httpx.Client) -> None:
+    windows = client.get("/v1/trends").json()["windows"]
+    assert [t["window"] for t in windows] == [1, 2, 3, 4, 5]  # the open window 6 is not charted
+    newest = windows[-1]
+    assert newest["heldout_loss"] == 5.5 - 5 / 10  # the shared loss_rand_before of window 5
+    assert newest["statuses"] == {"invalid": 1, "missing": 1, "ok": N_PEERS - 2}
+    assert newest["timings"] == {"fetch": 1.5, "check": 0.5, "evaluate": 3.0, "commit": 0.25}
+    assert (newest["n_selected"], newest["weight_outcomes"]) == (3, ["ok"])
+    assert windows[0]["weight_outcomes"] == []
+    assert [t["window"] for t in client.get("/v1/trends", params={"windows": 2}).json()["windows"]] == [4, 5]

@@ -1,65 +1,110 @@
-"""The dashboard in a real headless Chromium: loads cleanly, shows the peers, draws the chart and
-follows live events. Nothing may be fetched from anywhere but the API itself."""
+"""The dashboard and /docs in a real headless Chromium. Nothing may be fetched from anywhere but the
+API itself. Screenshots are taken after the page has rendered and checked (not blank, the charts'
+colours drawn); set GAUNTLET_DASHBOARD_SCREENSHOTS to a folder to keep them."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from storage.db import session_scope
+from storage.migrate import upgrade
 from storage.writer import commit_window
 from tests.api_fixtures import (
     N_PEERS,
     REDIS_URL,
+    TIED_ORDER,
+    LiveServer,
     SeededDb,
+    check_screenshot,
     config_for,
     pg_db_fixture,
     redis_namespace,
     run_server,
+    seeded_database,
+    tied_database,
     window_record,
 )
 
 __all__ = ["pg_db_fixture"]
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOT_ENV = "GAUNTLET_DASHBOARD_SCREENSHOT"  # set to a .png path to look at the page
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+DEAD_DB = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium package is not installed")
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium package is not installed")
-def test_dashboard_renders_and_follows_events(pg_db: SeededDb) -> None:
-    from playwright.sync_api import expect, sync_playwright
+@dataclass
+class Browser:
+    page: Any
+    base_url: str
+    problems: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+
+    def screenshot(self, name: str, tmp_path: Path) -> Path:
+        folder = Path(os.environ.get("GAUNTLET_DASHBOARD_SCREENSHOTS", tmp_path))
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.png"
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+
+@contextmanager
+def browse(server: LiveServer, path: str = "/") -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        seen = Browser(page, server.base_url)
+        page.on("console", lambda m: seen.problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: seen.problems.append(str(e)))
+        page.on(
+            "request", lambda r: None if r.url.startswith(server.base_url) else seen.foreign.append(r.url)
+        )
+        page.goto(server.base_url + path)
+        try:
+            yield seen
+        finally:
+            browser.close()
+    assert not seen.foreign, seen.foreign
+
+
+def test_dashboard_renders_charts_and_follows_live_events(pg_db: SeededDb, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
 
     with (
         redis_namespace() as prefix,
         run_server(config_for(pg_db.url, prefix)) as server,
-        sync_playwright() as p,
+        browse(server) as b,
     ):
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        page = browser.new_page()
-        problems: list[str] = []
-        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        foreign: list[str] = []
-        page.on("request", lambda r: None if r.url.startswith(server.base_url) else foreign.append(r.url))
-
-        page.goto(server.base_url + "/")
-        page.wait_for_selector("#leaderboard tbody tr:nth-child(6)")
+        page = b.page
+        page.wait_for_selector(f"#leaderboard tbody tr:nth-child({N_PEERS})")
         page.wait_for_selector("#chart path.series.score")
-        page.wait_for_selector("#live.on")
-        rows = page.locator("#leaderboard tbody tr")
-        assert rows.count() == N_PEERS
-        assert rows.nth(0).locator("td").nth(1).inner_text() == "0"
+        # Events flow (the stream is open and the API relays Redis): the badge says live.
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        assert page.locator("#leaderboard tbody tr").nth(0).locator("td").nth(1).inner_text() == "0"
         assert page.locator("#board-window").inner_text() == "after window 5"
-        path = page.locator("#chart path.series.ordinal").get_attribute("d") or ""
-        assert path.startswith("M") and path.count("L") == 4  # five windows of history
+        # Held-out loss over windows 1..5, peers by status and stage timings per window, weights.
+        loss = page.locator("#loss-chart path.series.loss").get_attribute("d") or ""
+        assert loss.startswith("M") and loss.count("L") == 4
+        assert page.locator("#status-chart rect").count() == 5 * 3  # ok, missing, invalid per window
+        assert page.locator("#timing-chart rect").count() == 5 * 4  # four stages per window
+        assert "invalid" in page.locator("#status-legend").inner_text()
+        weights = page.locator("#weights tbody tr")
+        assert weights.count() == 1 and weights.nth(0).inner_text().split()[:3] == ["5", "9000", "ok"]
         assert page.locator("#selection li").count() == 3
         assert "invalid" in page.locator("#submissions").inner_text()
+        check_screenshot(b.screenshot("dashboard-live", tmp_path), min_colours=6)
 
         # A commit arrives: the page refreshes itself from the event stream.
         with session_scope(pg_db.engine) as session:
@@ -69,13 +114,77 @@ def test_dashboard_renders_and_follows_events(pg_db: SeededDb) -> None:
         publisher.close()
         # (The page's CSP forbids eval, so waits use locators, not wait_for_function.)
         expect(page.locator("#board-window")).to_have_text("after window 6")
+        expect(page.locator("#status-chart rect")).to_have_count(6 * 3)
         page.locator("#leaderboard tbody tr").nth(2).click()
         expect(page.locator("#chart-peer")).to_have_text("5Peer0…000002")
         expect(page.locator("#chart path.series.score")).to_have_attribute(
             "d", re.compile(r"^M[^M]*(L[^L]*){5}$")
         )
-        if SCREENSHOT_ENV in os.environ:
-            page.screenshot(path=os.environ[SCREENSHOT_ENV], full_page=True)
-        browser.close()
-    assert not problems, problems
-    assert not foreign, foreign
+        # The status filter asks the API for matching peers only.
+        page.locator("#status-filter").select_option("invalid")
+        expect(page.locator("#leaderboard tbody tr")).to_have_count(1)
+    assert not b.problems, b.problems
+
+
+def test_without_redis_the_dashboard_polls_and_says_so(tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    db = seeded_database(f"sqlite:///{tmp_path}/poll.db")
+    with run_server(config_for(db.url)) as server, browse(server) as b:
+        expect(b.page.locator("#board-window")).to_have_text("after window 5")
+        # The event stream opens (keep-alives only), but nothing relays events: not "live".
+        expect(b.page.locator("#live")).to_have_attribute("data-state", "polling")
+        with session_scope(db.engine) as session:
+            commit_window(session=session, record=window_record(6))
+        # No event is ever sent: only polling can show the new window.
+        expect(b.page.locator("#board-window")).to_have_text("after window 6", timeout=15_000)
+        expect(b.page.locator("#live")).to_have_attribute("data-state", "polling")
+    db.engine.dispose()
+    assert not b.problems, b.problems
+
+
+def test_an_empty_database_shows_no_windows_yet(tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    url = f"sqlite:///{tmp_path}/empty.db"
+    upgrade(url)
+    with run_server(config_for(url)) as server, browse(server) as b:
+        expect(b.page.locator("#leaderboard tbody")).to_have_text("no windows yet")
+        expect(b.page.locator("#loss-chart text.empty")).to_have_text("no windows yet")
+        expect(b.page.locator("#weights tbody")).to_have_text("no weights set yet")
+        expect(b.page.locator("#status")).to_contain_text("no windows yet")
+        expect(b.page.locator("#live")).to_have_attribute("data-state", "polling")
+        check_screenshot(b.screenshot("dashboard-empty", tmp_path), min_colours=3)
+    # /readyz answers 503 (no window committed): the browser logs that response, nothing else.
+    assert all("503" in p for p in b.problems), b.problems
+
+
+def test_the_badge_shows_errors_and_stale_data(tmp_path: Path, pg_db: SeededDb) -> None:
+    from playwright.sync_api import expect
+
+    with run_server(config_for(DEAD_DB)) as server, browse(server) as b:
+        expect(b.page.locator("#live")).to_have_attribute("data-state", "error")
+        expect(b.page.locator("#status")).to_contain_text("database cannot be reached")
+    with run_server(config_for(pg_db.url, max_commit_age_s=0.001)) as server, browse(server) as b:
+        expect(b.page.locator("#live")).to_have_attribute("data-state", "stale")
+        expect(b.page.locator("#live")).to_have_attribute("title", re.compile("newest commit is"))
+
+
+def test_the_dashboard_ranks_like_the_api_and_the_cli(tmp_path: Path) -> None:
+    db = tied_database(f"sqlite:///{tmp_path}/tied.db")
+    with run_server(config_for(db.url)) as server, browse(server) as b:
+        b.page.wait_for_selector(f"#leaderboard tbody tr:nth-child({len(TIED_ORDER)})")
+        cells = b.page.locator("#leaderboard tbody tr td:nth-child(2)").all_inner_texts()
+    db.engine.dispose()
+    assert [int(c) for c in cells] == TIED_ORDER
+
+
+def test_docs_load_offline(pg_db: SeededDb) -> None:
+    from playwright.sync_api import expect
+
+    with run_server(config_for(pg_db.url)) as server, browse(server, "/docs") as b:
+        expect(b.page.locator(".swagger-ui .info .title")).to_contain_text("Gauntlet validator API")
+        expect(b.page.locator(".swagger-ui .opblock-summary-path").first).to_be_visible()
+        paths = b.page.locator(".swagger-ui .opblock-summary-path").all_inner_texts()
+    assert "/v1/weights" in paths and "/v1/peers" in paths
+    assert not b.problems, b.problems

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scoring.ranking import RatingState
+from storage.queries import rank_key
+from validator.fidelity import honest_spearman
 from validator.round import WindowReport
 
 
@@ -21,6 +23,7 @@ class DemoSummary:
             "heldout_loss": round(heldout_loss, 6),
             "window_heldout_loss": round(report.heldout_loss, 6),
             "selected": list(report.selection.gather),
+            "selected_behaviours": [self.behaviour.get(h, "?") for h in report.selection.gather],
             "statuses": {p.hotkey: p.status for p in report.peers},
             "reasons": {p.hotkey: p.reason for p in report.peers if p.reason},
             "seconds": round(sum(report.timings.values()), 3),
@@ -29,7 +32,8 @@ class DemoSummary:
         return row
 
     def peers(self, state: RatingState) -> list[dict[str, Any]]:
-        ranked = sorted(state.peers.values(), key=lambda r: (-r.final, r.uid))
+        # The API's ranking rule, so the table, /v1/peers and the dashboard agree.
+        ranked = sorted(state.peers.values(), key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey))
         return [
             {
                 "uid": r.uid,
@@ -45,7 +49,8 @@ class DemoSummary:
         ]
 
     def to_json(self, state: RatingState) -> dict[str, Any]:
-        return {"windows": self.windows, "peers": self.peers(state)}
+        peers = self.peers(state)
+        return {"windows": self.windows, "peers": peers, "spearman": honest_spearman(peers)}
 
 
 def window_line(row: Mapping[str, Any], behaviour: Mapping[str, str]) -> str:

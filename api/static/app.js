@@ -1,17 +1,35 @@
 // Gauntlet dashboard: plain JS, no dependencies, nothing loaded from elsewhere.
+//
+// The page polls the API every few seconds, and refreshes at once when an event arrives. The badge
+// says which is true: "live" only while the event stream is open AND the API relays events from
+// Redis (/readyz says redis "up"); "polling" when it refreshes on its timer; "stale" when the newest
+// data is old (no successful refresh for a while, or /readyz says the newest commit is too old);
+// "error" when the API or its database cannot be read.
 "use strict";
 
-const SVG_NS = "http://www.w3.org/2000/svg";
-const CHART = { width: 640, height: 280, left: 56, right: 56, top: 16, bottom: 32 };
-const state = { hotkey: null, refreshTimer: null };
+import { STATUS_COLOURS, fmt, legend, lines, message, stacked } from "./charts.js";
+
+const POLL_MS = 5000;       // refresh period without live events
+const LIVE_POLL_MS = 30000; // a slow safety refresh while events flow
+const STALE_AFTER_MS = 3 * POLL_MS;
+const state = {
+  hotkey: null, refreshTimer: null, pollTimer: null, streamOpen: false, redisUp: false,
+  lastOk: null, failure: null, readiness: null, statusFilter: "",
+};
 
 const $ = (id) => document.getElementById(id);
-const fmt = (x, digits = 3) => (x === null || x === undefined ? "–" : Number(x).toFixed(digits));
 const short = (hotkey) => (hotkey.length > 14 ? `${hotkey.slice(0, 6)}…${hotkey.slice(-6)}` : hotkey);
 
 async function getJson(path) {
   const response = await fetch(path, { headers: { Accept: "application/json" } });
   if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
+  return response.json();
+}
+
+// /readyz answers 503 with a JSON body when not ready: that body is the information we want.
+async function getReadiness() {
+  const response = await fetch("/readyz", { headers: { Accept: "application/json" } });
+  if (response.status !== 200 && response.status !== 503) throw new Error(`/readyz: HTTP ${response.status}`);
   return response.json();
 }
 
@@ -23,9 +41,18 @@ function cell(row, text, className) {
   return td;
 }
 
+function emptyRow(tbody, columns, text) {
+  const row = document.createElement("tr");
+  const td = cell(row, text, "empty");
+  td.colSpan = columns;
+  tbody.replaceChildren(row);
+}
+
 function renderLeaderboard(body) {
   $("board-window").textContent = body.window === null ? "" : `after window ${body.window}`;
   const tbody = $("leaderboard").querySelector("tbody");
+  if (body.window === null) { emptyRow(tbody, 10, "no windows yet"); return; }
+  if (body.peers.length === 0) { emptyRow(tbody, 10, "no peers match"); return; }
   tbody.replaceChildren();
   for (const peer of body.peers) {
     const row = document.createElement("tr");
@@ -33,7 +60,7 @@ function renderLeaderboard(body) {
     if (peer.hotkey === state.hotkey) row.classList.add("selected");
     cell(row, peer.rank);
     cell(row, peer.uid);
-    cell(row, short(peer.hotkey)).title = peer.hotkey;
+    cell(row, peer.label ? `${short(peer.hotkey)} (${peer.label})` : short(peer.hotkey)).title = peer.hotkey;
     for (const value of [peer.mu, peer.sigma, peer.ordinal, peer.bma, peer.final_score]) cell(row, fmt(value));
     cell(row, peer.last_status ?? "–", `st-${peer.last_status}`);
     cell(row, peer.last_evaluated_window ?? "–");
@@ -42,52 +69,28 @@ function renderLeaderboard(body) {
   }
 }
 
-function svgEl(name, attrs, text) {
-  const el = document.createElementNS(SVG_NS, name);
-  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, value);
-  if (text !== undefined) el.textContent = text;
-  return el;
+function renderTrends(trends) {
+  const rows = trends.windows;
+  const windows = rows.map((t) => t.window);
+  const empty = "no windows yet";
+  lines($("loss-chart"), windows, [{ name: "loss", values: rows.map((t) => t.heldout_loss) }], empty);
+  legend($("status-legend"), stacked($("status-chart"), windows, rows.map((t) => t.statuses), STATUS_COLOURS, empty));
+  legend($("timing-legend"), stacked($("timing-chart"), windows, rows.map((t) => t.timings), {}, empty));
 }
 
-function extent(values) {
-  let min = Math.min(...values);
-  let max = Math.max(...values);
-  if (min === max) { min -= 1; max += 1; }
-  return { min, max };
-}
-
-// A linear map from the extent onto pixels [from, to].
-const linear = (e, from, to) => (v) => from + ((v - e.min) / (e.max - e.min)) * (to - from);
-
-// Two series on one time axis, each with its own vertical scale (left: score, right: ordinal).
-function drawChart(points) {
-  const svg = $("chart");
-  svg.replaceChildren();
-  const { width, height, left, right, top, bottom } = CHART;
-  if (points.length === 0) {
-    svg.appendChild(svgEl("text", { x: width / 2, y: height / 2, "text-anchor": "middle" }, "no history yet"));
-    return;
-  }
-  const xs = extent(points.map((p) => p.window));
-  const xAt = linear(xs, left, width - right);
-  const series = [
-    { name: "score", values: points.map((p) => p.final_score), side: "left" },
-    { name: "ordinal", values: points.map((p) => p.ordinal), side: "right" },
-  ];
-  svg.appendChild(svgEl("line", { class: "axis", x1: left, y1: height - bottom, x2: width - right, y2: height - bottom }));
-  for (const w of [xs.min, xs.max]) {
-    svg.appendChild(svgEl("text", { x: xAt(w), y: height - 10, "text-anchor": "middle" }, `w${Math.round(w)}`));
-  }
-  for (const s of series) {
-    const ys = extent(s.values);
-    const yAt = linear(ys, height - bottom, top);
-    const xLabel = s.side === "left" ? left - 6 : width - right + 6;
-    const anchor = s.side === "left" ? "end" : "start";
-    for (const v of [ys.min, ys.max]) {
-      svg.appendChild(svgEl("text", { x: xLabel, y: yAt(v) + 4, "text-anchor": anchor }, fmt(v, 2)));
-    }
-    const d = points.map((p, i) => `${i === 0 ? "M" : "L"}${xAt(p.window).toFixed(1)},${yAt(s.values[i]).toFixed(1)}`);
-    svg.appendChild(svgEl("path", { class: `series ${s.name}`, d: d.join(" ") }));
+function renderWeights(body) {
+  const tbody = $("weights").querySelector("tbody");
+  if (body.weight_sets.length === 0) { emptyRow(tbody, 5, "no weights set yet"); return; }
+  tbody.replaceChildren();
+  for (const ws of body.weight_sets) {
+    const row = document.createElement("tr");
+    cell(row, ws.window);
+    cell(row, ws.block ?? "–");
+    cell(row, ws.outcome, `outcome-${ws.outcome}`).title = ws.error ?? "";
+    cell(row, ws.uids.length);
+    const top = ws.uids.map((uid, i) => [uid, ws.weights[i]]).sort((a, b) => b[1] - a[1]).slice(0, 3);
+    cell(row, top.map(([uid, w]) => `${uid}: ${fmt(w, 3)}`).join(", "));
+    tbody.appendChild(row);
   }
 }
 
@@ -98,7 +101,11 @@ async function selectPeer(hotkey) {
   }
   const history = await getJson(`/v1/peers/${encodeURIComponent(hotkey)}/history?limit=500`);
   $("chart-peer").textContent = short(hotkey);
-  drawChart(history.points);
+  const points = history.points;
+  lines($("chart"), points.map((p) => p.window), [
+    { name: "score", values: points.map((p) => p.final_score), side: "left" },
+    { name: "ordinal", values: points.map((p) => p.ordinal), side: "right" },
+  ], "no history yet");
 }
 
 function renderWindow(detail) {
@@ -123,19 +130,75 @@ function renderWindow(detail) {
   }
 }
 
+function renderNoWindows() {
+  $("window-title").textContent = "no windows yet";
+  $("selection").replaceChildren();
+  emptyRow($("submissions").querySelector("tbody"), 4, "no windows yet");
+  message($("chart"), "no windows yet");
+}
+
+function peersPath() {
+  const filter = state.statusFilter ? `&status=${encodeURIComponent(state.statusFilter)}` : "";
+  return `/v1/peers?limit=256${filter}`;
+}
+
 async function refresh() {
   try {
-    const board = await getJson("/v1/peers?limit=256");
+    const readiness = await getReadiness();
+    state.readiness = readiness;
+    state.redisUp = readiness.redis === "up";
+    if (!readiness.database) throw new Error("the database cannot be reached");
+    const [board, trends, weights] = await Promise.all([
+      getJson(peersPath()), getJson("/v1/trends?windows=100"), getJson("/v1/weights?limit=20"),
+    ]);
     renderLeaderboard(board);
+    renderTrends(trends);
+    renderWeights(weights);
     if (state.hotkey === null && board.peers.length > 0) state.hotkey = board.peers[0].hotkey;
-    // The newest committed window: everything about it is decided (an open one is still empty).
-    const jobs = board.window === null ? [] : [getJson(`/v1/windows/${board.window}`).then(renderWindow)];
-    if (state.hotkey !== null) jobs.push(selectPeer(state.hotkey));
-    await Promise.all(jobs);
-    $("status").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    if (board.window === null) {
+      renderNoWindows();
+    } else {
+      // The newest committed window: everything about it is decided (an open one is still empty).
+      const jobs = [getJson(`/v1/windows/${board.window}`).then(renderWindow)];
+      if (state.hotkey !== null) jobs.push(selectPeer(state.hotkey));
+      await Promise.all(jobs);
+    }
+    state.lastOk = Date.now();
+    state.failure = null;
+    $("status").textContent = board.window === null
+      ? `no windows yet · checked ${new Date().toLocaleTimeString()}`
+      : `updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
+    state.failure = err.message;
     $("status").textContent = `could not load: ${err.message}`;
   }
+  showBadge();
+  schedulePoll();
+}
+
+// The badge's one source of truth: what actually happened, not what was hoped for.
+function badgeState() {
+  if (state.failure !== null) return ["error", `error: ${state.failure}`];
+  if (state.lastOk === null) return ["polling", "loading"];
+  if (Date.now() - state.lastOk > STALE_AFTER_MS) return ["stale", "stale: no fresh data"];
+  if (state.readiness && state.readiness.status === "stale") return ["stale", `stale: ${state.readiness.reason}`];
+  if (state.streamOpen && state.redisUp) return ["live", "live"];
+  return ["polling", `polling every ${POLL_MS / 1000} s`];
+}
+
+function showBadge() {
+  const [name, title] = badgeState();
+  const badge = $("live");
+  badge.dataset.state = name;
+  badge.className = `live state-${name}`;
+  badge.textContent = name;
+  badge.title = title;
+}
+
+function schedulePoll() {
+  clearTimeout(state.pollTimer);
+  const live = state.streamOpen && state.redisUp;
+  state.pollTimer = setTimeout(refresh, live ? LIVE_POLL_MS : POLL_MS);
 }
 
 function scheduleRefresh() {
@@ -145,13 +208,14 @@ function scheduleRefresh() {
 
 function listen() {
   const source = new EventSource("/v1/events");
-  const live = $("live");
-  source.onopen = () => { live.textContent = "live"; live.className = "live on"; };
-  source.onerror = () => { live.textContent = "reconnecting"; live.className = "live off"; };
+  source.onopen = () => { state.streamOpen = true; showBadge(); };
+  source.onerror = () => { state.streamOpen = false; showBadge(); schedulePoll(); };
   for (const type of ["window_opened", "peer_scored", "window_committed", "weights_set"]) {
     source.addEventListener(type, scheduleRefresh);
   }
 }
 
+$("status-filter").addEventListener("change", (e) => { state.statusFilter = e.target.value; refresh(); });
+setInterval(showBadge, 1000);  // turns the badge stale when refreshes stop succeeding
 refresh();
 listen();

@@ -1,0 +1,62 @@
+"""GET /v1/weights (weight-setting attempts and their on-chain outcome) and /v1/trends (per-window
+series the dashboard charts: held-out loss, peers by status, stage timings, weights)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
+
+from api.deps import StateDep, rate_limit
+from api.http import ERROR_RESPONSES, LIVE, dump, json_response
+from api.schemas import Trends, WeightList, WeightSetOut, WindowTrendOut
+from api.window_views import MAX_WINDOW, public
+from storage.queries import weight_sets
+from storage.trends import window_trends
+
+router = APIRouter(
+    prefix="/v1", tags=["windows"], responses=ERROR_RESPONSES, dependencies=[Depends(rate_limit)]
+)
+
+
+def weight_list(session: Session, *, limit: int, before: int | None) -> WeightList:
+    rows = weight_sets(session=session, limit=limit, before=before)
+    return WeightList(
+        weight_sets=[public(WeightSetOut, ws, uids=list(ws.uids), weights=list(ws.weights)) for ws in rows],
+        # Attempts are paged by window: the next page starts below the oldest window shown.
+        next_before=rows[-1].window if len(rows) == limit and rows[-1].window > 0 else None,
+    )
+
+
+@router.get("/weights", response_model=WeightList, summary="Weights set on chain, newest first")
+async def get_weights(
+    request: Request,
+    state: StateDep,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    before: Annotated[int | None, Query(ge=0, le=MAX_WINDOW, description="only windows below this")] = None,
+) -> Response:
+    latest = await state.commits.latest()
+    key = state.cache.key(latest, f"weights:{limit}:{before}")
+
+    def build() -> bytes:
+        return dump(state.read_sync(lambda s: weight_list(s, limit=limit, before=before)))
+
+    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+
+
+@router.get("/trends", response_model=Trends, summary="Per-window series for charts, oldest first")
+async def get_trends(
+    request: Request,
+    state: StateDep,
+    windows: Annotated[int, Query(ge=1, le=1000, description="how many of the newest windows")] = 100,
+) -> Response:
+    latest = await state.commits.latest()
+    key = state.cache.key(latest, f"trends:{windows}")
+
+    def build() -> bytes:
+        trends = state.read_sync(lambda s: window_trends(session=s, limit=windows))
+        return dump(Trends(windows=[public(WindowTrendOut, t) for t in trends]))
+
+    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
