@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -13,7 +14,8 @@ from api.settings import ApiConfig
 from validator.settings import Settings
 
 
-def api_config(s: Settings) -> ApiConfig:
+def api_config(s: Settings, labels: Mapping[str, str] | None = None) -> ApiConfig:
+    """The API's config from the settings; `labels` names peers' behaviours (the demo knows them)."""
     return ApiConfig(
         database_url=s.database_url,
         redis_url=s.redis_url,
@@ -21,6 +23,7 @@ def api_config(s: Settings) -> ApiConfig:
         rate_limit_per_minute=s.rate_limit_per_minute,
         max_commit_age_s=s.api_max_commit_age_s,
         trusted_proxies=tuple(s.api_trusted_proxies),
+        peer_labels=tuple(sorted((labels or {}).items())),
     )
 
 
@@ -35,9 +38,11 @@ def api(
     serve(api_config(s), host or s.api_host, port or s.api_port)
 
 
-def serve_in_thread(s: Settings, host: str, port: int) -> tuple[uvicorn.Server, threading.Thread]:
+def serve_in_thread(
+    s: Settings, host: str, port: int, labels: Mapping[str, str] | None = None
+) -> tuple[uvicorn.Server, threading.Thread]:
     """The API in a daemon thread; set `server.should_exit = True` to stop it."""
-    server = build_server(api_config(s), host, port)
+    server = build_server(api_config(s, labels), host, port)
     thread = threading.Thread(target=server.run, name="gauntlet-api", daemon=True)
     thread.start()
     return server, thread

@@ -97,7 +97,8 @@ def demo(
         fail(f"port {port} is in use: pass another --port, or --no-api")
     prepare_workdir(workdir, fresh=fresh)
     runner = DemoRunner(DemoConfig(behaviours, windows=windows, workdir=workdir, inner_steps=inner_steps))
-    server = None if no_api else serve_in_thread(runner.settings, "127.0.0.1", port)
+    labels = runner.network.behaviour_of()  # the dashboard and /v1/peers show each peer's behaviour
+    server = None if no_api else serve_in_thread(runner.settings, "127.0.0.1", port, labels)
     summary = DemoSummary(runner.network.behaviour_of())
     start = runner.next_window
     typer.echo(
