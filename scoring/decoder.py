@@ -18,18 +18,20 @@ import numpy.typing as npt
 
 from scoring.container import Entry, Rejected, read_container, view
 from scoring.content import decode_param, indices_v1
+from scoring.rice import decode_indices
 from scoring.signing import verify_signature
 from scoring.types import DecodeResult, ParamSpec, Reason, SparseParam, SparseUpdate, SubmissionMeta, Verdict
 from scoring.wire import (
     FORMAT,
+    FORMATS,
     META_KEYS,
     ChunkLayout,
     CodecConfig,
-    expected_tensors,
     max_submission_bytes,
     numel_of,
     payload_digest,
     signed_message,
+    tensor_bounds,
 )
 
 __all__ = ["UNEXPECTED", "Expected", "Rejected", "decode_submission"]
@@ -57,14 +59,14 @@ def decode_submission(
         cap = max_submission_bytes(spec, cfg)
         if len(data) > cap:
             raise Rejected(Reason.TOO_LARGE, f"{len(data)} bytes > cap {cap}")
-        expected = expected_tensors(spec, cfg)
-        metadata, entries = read_container(data, cfg.max_header_bytes, expected)
-        meta = _parse_metadata(metadata, cfg)
-        _check_schema(entries, expected)
+        bounds = tensor_bounds(spec, cfg, FORMAT)  # the same names in every format
+        metadata, entries = read_container(data, cfg.max_header_bytes, bounds)
+        meta, fmt = _parse_metadata(metadata, cfg)
+        _check_schema(entries, tensor_bounds(spec, cfg, fmt))
         tensors = {name: view(data, e) for name, e in entries.items()}
         digest = payload_digest(tensors)
-        _check_identity(meta, digest, expect)
-        params = {name: _decode(name, shape, tensors, cfg) for name, shape in spec.items()}
+        _check_identity(meta, fmt, digest, expect)
+        params = {name: _decode(name, shape, tensors, cfg, fmt) for name, shape in spec.items()}
     except Rejected as r:
         return DecodeResult(Verdict.reject(r.reason, r.detail), None, meta)
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
@@ -74,12 +76,12 @@ def decode_submission(
     return DecodeResult(Verdict.accept(), update, meta)
 
 
-def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> SubmissionMeta:
+def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> tuple[SubmissionMeta, str]:
     missing = [k for k in META_KEYS if not isinstance(metadata.get(k), str)]
     if missing:
         raise Rejected(Reason.BAD_METADATA, f"metadata lacks string fields: {', '.join(missing)}")
-    if metadata["format"] != FORMAT:
-        raise Rejected(Reason.BAD_METADATA, f"format {metadata['format'][:40]!r} is not {FORMAT}")
+    if metadata["format"] not in FORMATS:
+        raise Rejected(Reason.BAD_METADATA, f"format {metadata['format'][:40]!r} is not one of {FORMATS}")
     numbers: dict[str, int] = {}
     for key in ("window", "uid", "chunk", "topk"):
         text = metadata[key]
@@ -88,44 +90,51 @@ def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> Submission
         numbers[key] = int(text)
     if (numbers["chunk"], numbers["topk"]) != (cfg.chunk, cfg.topk):
         raise Rejected(Reason.BAD_METADATA, f"chunk/topk {numbers['chunk']}/{numbers['topk']} not configured")
-    return SubmissionMeta(
+    meta = SubmissionMeta(
         window=numbers["window"],
         uid=numbers["uid"],
         hotkey=metadata["hotkey"],
         base=metadata["base"],
         signature=metadata["signature"],
     )
+    return meta, str(metadata["format"])
 
 
-def _check_identity(meta: SubmissionMeta, digest: str, expect: Expected) -> None:
+def _check_identity(meta: SubmissionMeta, fmt: str, digest: str, expect: Expected) -> None:
     if expect.window is not None and meta.window != expect.window:
         raise Rejected(Reason.WRONG_WINDOW, f"file is for window {meta.window}, expected {expect.window}")
     if expect.hotkey is not None and meta.hotkey != expect.hotkey:
         raise Rejected(Reason.WRONG_HOTKEY, f"file names hotkey {meta.hotkey[:64]!r}")
     if expect.uid is not None and meta.uid != expect.uid:
         raise Rejected(Reason.WRONG_UID, f"file names uid {meta.uid}, expected {expect.uid}")
-    message = signed_message(meta.window, meta.uid, meta.hotkey, meta.base, digest)
+    message = signed_message(meta.window, meta.uid, meta.hotkey, meta.base, digest, fmt)
     if expect.verify_signature and not verify_signature(meta.hotkey, message, meta.signature):
         raise Rejected(Reason.BAD_SIGNATURE, "signature does not verify for the named hotkey")
     if expect.base is not None and meta.base != expect.base:
         raise Rejected(Reason.STALE_BASE, f"base {meta.base[:16]}… is not the current {expect.base[:16]}…")
 
 
-def _check_schema(entries: Mapping[str, Entry], expected: Mapping[str, tuple[str, tuple[int, ...]]]) -> None:
-    """The names were checked by the container; here each dtype and length."""
-    for name, (dtype, shape) in expected.items():
+def _check_schema(entries: Mapping[str, Entry], bounds: Mapping[str, tuple[str, int, int]]) -> None:
+    """The names were checked by the container; here each dtype and length, before any byte is read."""
+    for name, (dtype, least, most) in bounds.items():
         entry = entries[name]
         if entry.dtype != dtype:
             raise Rejected(Reason.BAD_DTYPE, f"{name}: {entry.dtype} instead of {dtype}")
-        if (entry.length,) != shape:
-            raise Rejected(Reason.BAD_SHAPE, f"{name}: shape [{entry.length}] instead of {list(shape)}")
+        if not least <= entry.length <= most:
+            span = f"[{least}]" if least == most else f"[{least}..{most}]"
+            raise Rejected(Reason.BAD_SHAPE, f"{name}: shape [{entry.length}] instead of {span}")
 
 
 def _decode(
-    name: str, shape: tuple[int, ...], tensors: Mapping[str, npt.NDArray[np.generic]], cfg: CodecConfig
+    name: str,
+    shape: tuple[int, ...],
+    tensors: Mapping[str, npt.NDArray[np.generic]],
+    cfg: CodecConfig,
+    fmt: str,
 ) -> SparseParam:
     layout = ChunkLayout.of(numel_of(shape), cfg)
-    idx = indices_v1(tensors[f"{name}.idx"], layout, cfg)
+    stream = tensors[f"{name}.idx"].astype(np.uint8, copy=False)
+    idx = indices_v1(stream, layout, cfg) if fmt == FORMAT else decode_indices(stream, layout, cfg.chunk)
     out = (
         idx
         if isinstance(idx, Verdict)

@@ -14,9 +14,19 @@ import torch
 from safetensors.numpy import save
 
 from scoring.packing import pack2, pack12
+from scoring.rice import encode_indices
 from scoring.signing import Signer, sign_hex
 from scoring.types import SparseParam
-from scoring.wire import FORMAT, ChunkLayout, CodecConfig, payload_digest, signed_message
+from scoring.wire import (
+    FORMAT,
+    FORMAT_V2,
+    FORMATS,
+    ChunkLayout,
+    CodecConfig,
+    numel_of,
+    payload_digest,
+    signed_message,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +167,17 @@ def compress_to_sparse(
     return {name: to_sparse(c, cfg) for name, c in compress(delta, error_feedback, cfg).items()}
 
 
-def pack_tensors(compressed: Mapping[str, CompressedParam]) -> dict[str, npt.NDArray[np.generic]]:
+def pack_tensors(
+    compressed: Mapping[str, CompressedParam], cfg: CodecConfig | None = None, fmt: str = FORMAT
+) -> dict[str, npt.NDArray[np.generic]]:
+    """The tensors of a file; only `NAME.idx` differs between the formats (docs/wire-format.md)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}")
+    cfg = cfg or CodecConfig()
     tensors: dict[str, npt.NDArray[np.generic]] = {}
     for name, c in compressed.items():
-        tensors[f"{name}.idx"] = pack12(c.idx)
+        layout = ChunkLayout.of(numel_of(c.shape), cfg)
+        tensors[f"{name}.idx"] = pack12(c.idx) if fmt == FORMAT else encode_indices(c.idx, layout)
         tensors[f"{name}.val"] = pack2(c.codes)
         tensors[f"{name}.scale"] = c.scale
         tensors[f"{name}.lut"] = c.lut
@@ -175,19 +192,20 @@ def encode_submission(
     base: str,
     signer: Signer,
     cfg: CodecConfig,
+    fmt: str = FORMAT_V2,
 ) -> bytes:
-    """A signed `gauntlet/1` safetensors file for one window."""
-    tensors = pack_tensors(compressed)
+    """A signed safetensors file for one window, `gauntlet/2` unless `fmt` asks for `gauntlet/1`."""
+    tensors = pack_tensors(compressed, cfg, fmt)
     digest = payload_digest(tensors)
     hotkey = signer.ss58_address
     metadata = {
-        "format": FORMAT,
+        "format": fmt,
         "window": str(window),
         "uid": str(uid),
         "hotkey": hotkey,
         "base": base,
         "chunk": str(cfg.chunk),
         "topk": str(cfg.topk),
-        "signature": sign_hex(signer, signed_message(window, uid, hotkey, base, digest)),
+        "signature": sign_hex(signer, signed_message(window, uid, hotkey, base, digest, fmt)),
     }
     return save(tensors, metadata=metadata)

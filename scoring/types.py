@@ -32,6 +32,8 @@ class Reason:
     BAD_DTYPE: Final = "bad_dtype"
     BAD_SHAPE: Final = "bad_shape"
     BAD_PADDING: Final = "bad_padding"
+    BAD_RICE_PARAMETER: Final = "bad_rice_parameter"  # gauntlet/2: an index stream's k outside [0, 11]
+    BAD_BITSTREAM: Final = "bad_bitstream"  # gauntlet/2: an index stream with the wrong number of codes
     INDEX_OUT_OF_RANGE: Final = "index_out_of_range"
     INDEX_NOT_INCREASING: Final = "index_not_increasing"
     BAD_SCALE: Final = "bad_scale"

@@ -1,4 +1,8 @@
-"""The `gauntlet/1` container: names, metadata, payload digest and signed message (DESIGN.md §4)."""
+"""The submission container: names, metadata, size bounds, payload digest and signed message.
+
+Both formats (docs/wire-format.md) share everything here; they differ only in how `NAME.idx` holds the
+kept positions: 12-bit fields in `gauntlet/1`, a Rice-coded gap stream (scoring/rice.py) in `gauntlet/2`.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.packing import packed2_len, packed12_len
+from scoring.rice import stream_cap
 from scoring.types import ParamSpec
 
 FORMAT = "gauntlet/1"
+FORMAT_V2 = "gauntlet/2"
+FORMATS = (FORMAT, FORMAT_V2)
 SUFFIXES = ("idx", "val", "scale", "lut")
 META_KEYS = ("format", "window", "uid", "hotkey", "base", "chunk", "topk", "signature")
 DTYPE_NAMES: Mapping[str, str] = {"uint8": "U8", "float16": "F16", "float32": "F32"}
@@ -87,15 +94,24 @@ def expected_tensors(spec: ParamSpec, cfg: CodecConfig) -> dict[str, tuple[str, 
     return out
 
 
-def payload_bytes(spec: ParamSpec, cfg: CodecConfig) -> int:
-    """Exact size of the tensor data of a valid submission (the header comes on top)."""
+def tensor_bounds(spec: ParamSpec, cfg: CodecConfig, fmt: str) -> dict[str, tuple[str, int, int]]:
+    """Every tensor of a valid `fmt` file: name -> (dtype, least and most elements); 1-D each."""
+    out = {name: (dt, shape[0], shape[0]) for name, (dt, shape) in expected_tensors(spec, cfg).items()}
+    if fmt == FORMAT_V2:
+        for name, shape in spec.items():
+            out[f"{name}.idx"] = ("U8", 1, stream_cap(ChunkLayout.of(numel_of(shape), cfg)))
+    return out
+
+
+def payload_bytes(spec: ParamSpec, cfg: CodecConfig, fmt: str = FORMAT) -> int:
+    """The most tensor data a valid `fmt` submission holds (exact for `gauntlet/1`; header on top)."""
     sizes = {"U8": 1, "F16": 2, "F32": 4}
-    return sum(sizes[dt] * numel_of(shape) for dt, shape in expected_tensors(spec, cfg).values())
+    return sum(sizes[dt] * most for dt, _, most in tensor_bounds(spec, cfg, fmt).values())
 
 
 def max_submission_bytes(spec: ParamSpec, cfg: CodecConfig) -> int:
-    """Hard cap for a HEAD check and a streaming read: payload plus the header cap."""
-    return payload_bytes(spec, cfg) + 8 + cfg.max_header_bytes
+    """Hard cap for a HEAD check and a streaming read: the larger format's payload plus the header cap."""
+    return max(payload_bytes(spec, cfg, fmt) for fmt in FORMATS) + 8 + cfg.max_header_bytes
 
 
 def payload_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
@@ -114,5 +130,6 @@ def payload_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
     return h.hexdigest()
 
 
-def signed_message(window: int, uid: int, hotkey: str, base: str, digest: str) -> bytes:
-    return f"{FORMAT}|{window}|{uid}|{hotkey}|{base}|{digest}".encode()
+def signed_message(window: int, uid: int, hotkey: str, base: str, digest: str, fmt: str = FORMAT) -> bytes:
+    """What the hotkey signs; it names the format, so a file cannot be relabelled as the other one."""
+    return f"{fmt}|{window}|{uid}|{hotkey}|{base}|{digest}".encode()

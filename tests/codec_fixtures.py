@@ -7,7 +7,7 @@ import torch
 from scoring.decoder import Expected
 from scoring.encoder import compress, encode_submission
 from scoring.signing import dev_keypair
-from scoring.wire import CodecConfig
+from scoring.wire import FORMAT_V2, CodecConfig
 
 SPEC: dict[str, tuple[int, ...]] = {
     "embed.weight": (97, 64),  # 6,208 values: one full chunk plus a tail
@@ -27,9 +27,10 @@ def random_delta(seed: int = 0, spec: dict[str, tuple[int, ...]] = SPEC) -> dict
     return {n: torch.randn(s, generator=g) * 1e-3 for n, s in spec.items()}
 
 
-def make_file(seed: int = 0, spec: dict[str, tuple[int, ...]] = SPEC) -> bytes:
+def make_file(seed: int = 0, spec: dict[str, tuple[int, ...]] = SPEC, fmt: str = FORMAT_V2) -> bytes:
+    delta = random_delta(seed, spec)
     return encode_submission(
-        compress(random_delta(seed, spec), None, CFG), window=WINDOW, uid=UID, base=BASE, signer=KEY, cfg=CFG
+        compress(delta, None, CFG), window=WINDOW, uid=UID, base=BASE, signer=KEY, cfg=CFG, fmt=fmt
     )
 
 

@@ -1,5 +1,7 @@
 """Mutation fuzzing of the decoder: every mutated file must yield a verdict, never an exception.
 
+Both formats: `gauntlet/1` and `gauntlet/2` originals, byte-level mutations, structure-aware rewrites
+of the header JSON, and edits of the `gauntlet/2` index streams aimed at each of their checks.
 The CI test runs a few thousand cases; the long run is `python -m tests.fuzz_decoder --cases 100000`.
 """
 
@@ -13,7 +15,11 @@ import sys
 import time
 from collections import Counter
 
+import numpy as np
+from safetensors.numpy import load, save
+
 from scoring.decoder import UNEXPECTED, Expected, decode_submission
+from scoring.wire import FORMAT, FORMAT_V2
 from tests.codec_fixtures import SPEC, make_file
 
 
@@ -64,10 +70,43 @@ def _restructure_header(data: bytes, rng: random.Random) -> bytes:
     return struct.pack("<Q", len(raw)) + raw + data[8 + n :]
 
 
+def _edit_stream(stream: bytearray, rng: random.Random) -> None:
+    """Edits aimed at each gauntlet/2 index-stream check: k, code count, padding, gap sums, length."""
+    if not stream:
+        stream.append(rng.randrange(256))
+    op = rng.randrange(6)
+    if op == 0:  # the Rice parameter
+        stream[0] = rng.choice([0, 1, 5, 11, 12, 255, rng.randrange(256)])
+    elif op == 1:  # one bit anywhere
+        stream[rng.randrange(len(stream))] ^= 1 << rng.randrange(8)
+    elif op == 2:  # trailing bytes
+        stream.extend(rng.choice([b"\x00", b"\x80", rng.randbytes(rng.randint(1, 4))]))
+    elif op == 3 and len(stream) > 1:
+        del stream[rng.randrange(1, len(stream)) :]
+    elif op == 4:  # a run of zero or one bits: long unary codes, gaps overrunning the chunk
+        start = rng.randrange(len(stream))
+        stream[start : start + rng.randint(1, 8)] = bytes([rng.choice([0, 0xFF])]) * rng.randint(1, 8)
+    else:
+        stream[:] = rng.randbytes(rng.randint(0, 2 * len(stream)))
+
+
+def _mutate_stream(data: bytes, rng: random.Random) -> bytes:
+    """Rebuild the file with one `NAME.idx` edited, its metadata kept (the signature then fails)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    metadata = json.loads(data[8 : 8 + n])["__metadata__"]
+    tensors = load(data)
+    name = rng.choice(sorted(k for k in tensors if k.endswith(".idx")))
+    stream = bytearray(tensors[name].tobytes())
+    for _ in range(rng.randint(1, 3)):
+        _edit_stream(stream, rng)
+    tensors[name] = np.frombuffer(bytes(stream), dtype=np.uint8)
+    return save(tensors, metadata=metadata)
+
+
 def mutate(data: bytes, rng: random.Random) -> bytes:
     """One random structural or byte-level mutation of a valid file."""
     b = bytearray(data)
-    kind = rng.randrange(9)
+    kind = rng.randrange(11)
     if kind == 0:  # flip bits anywhere
         for _ in range(rng.randint(1, 8)):
             b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
@@ -92,6 +131,8 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
         b[j:j] = b[i:j][:256]
     elif kind == 7:
         return _restructure_header(data, rng)
+    elif kind in (8, 9):
+        return _mutate_stream(data, rng)
     else:  # random bytes of plausible size
         return rng.randbytes(rng.randint(0, len(data)))
     return bytes(b)
@@ -99,7 +140,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
 
 def run(cases: int, seed: int) -> Counter[str]:
     rng = random.Random(seed)
-    originals = [make_file(s) for s in range(4)]
+    originals = [make_file(s, fmt=FORMAT) for s in range(2)] + [make_file(s, fmt=FORMAT_V2) for s in range(4)]
     outcomes: Counter[str] = Counter()
     for i in range(cases):
         data = mutate(rng.choice(originals), rng)

@@ -26,6 +26,8 @@ def test_random_mutations_never_crash_and_reach_deep_checks() -> None:
         Reason.BAD_LUT,
     }
     assert len(deep & set(outcomes)) >= 3, outcomes
+    # and the gauntlet/2 index streams' own checks
+    assert {Reason.BAD_RICE_PARAMETER, Reason.BAD_BITSTREAM} <= set(outcomes), outcomes
     assert outcomes[Reason.NOT_SAFETENSORS] > 0
 
 
