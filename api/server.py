@@ -9,6 +9,8 @@ connection opened or after its previous response ended.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 import h11
 import uvicorn
@@ -58,6 +60,34 @@ class HeaderTimeoutProtocol(H11Protocol):
             self.transport.close()
 
 
+class LogThrottle(logging.Filter):
+    """Lets each message template through at most once per `period_s`. uvicorn logs one warning per
+    refused ("Exceeded concurrency limit.") or malformed request: under a flood that is a log line
+    per request, hundreds of MB in seconds. `suppressed` counts what was held back."""
+
+    MAX_KEYS = 1024
+
+    def __init__(self, period_s: float = 10.0) -> None:
+        super().__init__()
+        self._period_s = period_s
+        self._last: dict[tuple[str, str], float] = {}
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = time.monotonic()
+        if now - self._last.get(key, float("-inf")) < self._period_s:
+            self.suppressed += 1
+            return False
+        if len(self._last) >= self.MAX_KEYS:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
+UVICORN_LOG_THROTTLE = LogThrottle()
+
+
 def protocol_for(config: ApiConfig) -> type[HeaderTimeoutProtocol]:
     """A protocol class carrying this config's header timeout (uvicorn instantiates it per connection)."""
     return type(
@@ -69,7 +99,7 @@ def protocol_for(config: ApiConfig) -> type[HeaderTimeoutProtocol]:
 
 def build_server(app: FastAPI, config: ApiConfig, host: str, port: int) -> uvicorn.Server:
     proxies = list(config.trusted_proxies)
-    return uvicorn.Server(
+    server = uvicorn.Server(
         uvicorn.Config(
             app,
             host=host,
@@ -86,3 +116,8 @@ def build_server(app: FastAPI, config: ApiConfig, host: str, port: int) -> uvico
             timeout_graceful_shutdown=2,
         )
     )
+    # After uvicorn.Config: it (re)configures logging, which keeps filters but not handlers.
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if UVICORN_LOG_THROTTLE not in uvicorn_log.filters:
+        uvicorn_log.addFilter(UVICORN_LOG_THROTTLE)
+    return server

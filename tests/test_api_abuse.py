@@ -5,6 +5,7 @@ parameters and the security headers."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, event
 
+from api.server import UVICORN_LOG_THROTTLE, LogThrottle
 from tests.api_fixtures import (
     LiveServer,
     SeededDb,
@@ -184,3 +186,24 @@ def test_every_response_carries_the_security_headers(client: httpx.Client) -> No
         assert response.headers["referrer-policy"] == "no-referrer", path
     csp = client.get("/").headers["content-security-policy"]
     assert "frame-ancestors 'none'" in csp and "default-src 'self'" in csp
+
+
+def test_a_flood_of_refused_requests_logs_one_line_per_period(pg_db: SeededDb) -> None:
+    before = UVICORN_LOG_THROTTLE.suppressed
+    with run_server(config_for(pg_db.url, max_connections=2)) as server, _raw_sockets(server, 2):
+        time.sleep(0.2)
+        statuses = [httpx.get(f"{server.base_url}/healthz").status_code for _ in range(20)]
+    assert statuses == [503] * 20
+    # uvicorn warned "Exceeded concurrency limit." for each; at most one per period got through.
+    assert UVICORN_LOG_THROTTLE.suppressed - before >= 19
+    assert UVICORN_LOG_THROTTLE in logging.getLogger("uvicorn.error").filters
+
+
+def test_log_throttle_passes_each_message_once_per_period() -> None:
+    throttle = LogThrottle(period_s=60)
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1, msg, None, None)
+
+    passed = [throttle.filter(record(m)) for m in ["flood", "flood", "other", "flood"]]
+    assert passed == [True, False, True, False] and throttle.suppressed == 2
