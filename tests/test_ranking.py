@@ -11,6 +11,7 @@ from scoring.ranking import (
     Status,
     final_score,
     proven,
+    relative_margin,
     update_bma,
     update_ratings,
 )
@@ -61,18 +62,25 @@ def test_skipped_peer_is_left_as_it_was() -> None:
     assert a1.inactive_windows == 0
 
 
-def test_proof_of_training_needs_a_confident_rate_of_plus_ones() -> None:
-    def peer(evaluations: int, positives: int) -> PeerRating:
-        return PeerRating("a", 0, 25.0, 8.0, evaluations=evaluations, positives=positives)
+def test_proof_of_training_needs_plus_ones_and_an_own_data_margin() -> None:
+    def peer(evaluations: int, positives: int, margin: float = 0.2) -> PeerRating:
+        return PeerRating(
+            "a", 0, 25.0, 8.0, evaluations=evaluations, positives=positives, margin_sum=margin * evaluations
+        )
 
-    assert not proven(peer(0, 0), CFG) and not proven(peer(2, 2), CFG)
-    assert proven(peer(3, 3), CFG)  # three +1 in a row: Wilson bound 0.526 >= 0.5
-    assert not proven(peer(4, 3), CFG)  # a coin flip's typical record stays unproven
-    assert proven(peer(10, 9), CFG) and not proven(peer(10, 7), CFG)
+    assert not proven(peer(0, 0), CFG) and not proven(peer(2, 2), CFG)  # three evaluations at least
+    assert proven(peer(3, 3), CFG)  # Wilson bound (z = 1) 0.75 >= 0.5
+    assert not proven(peer(3, 2), CFG)  # 0.386
+    assert proven(peer(4, 3), CFG)  # one early -1 costs an honest peer one window, not four
+    assert not proven(peer(5, 3), CFG) and proven(peer(8, 6), CFG) and not proven(peer(8, 5), CFG)
+    assert not proven(peer(3, 3, margin=0.01), CFG)  # a lucky run of +1 without an own-data margin
     state = RatingState()
-    for w, indicator in enumerate((1, -1, 1, 1, 1, 1)):
-        state = update_ratings(state, w, [ok("a", 0, 0.01, indicator)], CFG)
-    assert (state.peers["a"].evaluations, state.peers["a"].positives) == (6, 5)
+    for w, (indicator, own) in enumerate(((1, 0.012), (-1, 0.009), (1, 0.02))):
+        state = update_ratings(state, w, [ok("a", 0, 0.01, indicator, own_gain=own)], CFG)
+    p = state.peers["a"]
+    assert (p.evaluations, p.positives) == (3, 2)
+    assert p.margin_sum == pytest.approx(0.2 - 0.1 + 1.0)  # (0.02 - 0.01) / 0.01 is clipped to 1
+    assert relative_margin(0.0, 0.5) == 1.0 and relative_margin(0.01, None) == 1.0
 
 
 def test_states_stored_before_new_fields_still_load() -> None:

@@ -46,6 +46,7 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
                 indicator=e.indicator if e is not None and p.valid else None,
                 sync=1.0,
                 copy_tier=p.copy_tier,
+                own_gain=e.own_gain if e is not None and p.valid else None,
             )
         )
     return out

@@ -1,10 +1,12 @@
-"""The built-in peer behaviours of the demo: one honest, nine ways to cheat or fail."""
+"""The built-in peer behaviours of the demo: honest peers of graded quality, and ways to cheat or fail.
+
+Graded honest peers do a known fraction of the work (`HONEST_CONTRIBUTION`), so the benchmark can
+check that ratings follow true contribution."""
 
 from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,12 +14,9 @@ import safetensors.numpy
 import torch
 
 from scoring.model import LlamaModel
-from scoring.signing import sign_hex
-from scoring.wire import FORMAT, payload_digest, signed_message
+from validator.sim.adversaries import ADVERSARIES
 from validator.sim.context import Behaviour, PeerContext, Submission
-
-HONEST_DELAY_S = 5.0
-COPY_DELAY_S = 20.0  # copiers must wait for their victim's upload: they are the later uploader
+from validator.sim.craft import COPY_DELAY_S, HONEST_DELAY_S, first_loadable, resign, train_partial
 
 
 @dataclass(frozen=True)
@@ -27,6 +26,31 @@ class Honest:
 
     def submit(self, ctx: PeerContext) -> Submission | None:
         return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
+
+
+@dataclass(frozen=True)
+class Graded:
+    """Honest, but with a fraction of the inner steps or of the assigned pages."""
+
+    name: str
+    steps_fraction: float = 1.0
+    pages_fraction: float = 1.0
+    order: int = 0
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        return Submission(
+            ctx.encode(train_partial(ctx, self.steps_fraction, self.pages_fraction)), HONEST_DELAY_S
+        )
+
+
+GRADED = (
+    Graded("honest_3q", steps_fraction=0.75),
+    Graded("honest_half", steps_fraction=0.5),
+    Graded("honest_quarter", steps_fraction=0.25),
+    Graded("honest_half_pages", pages_fraction=0.5),
+)
+# The share of a full honest peer's work each honest behaviour does (pages count like steps).
+HONEST_CONTRIBUTION = {"honest": 1.0} | {g.name: g.steps_fraction * g.pages_fraction for g in GRADED}
 
 
 @dataclass(frozen=True)
@@ -105,26 +129,6 @@ class FreeRider:
         return Submission(ctx.encode(ctx.last_aggregate), HONEST_DELAY_S)
 
 
-def _resign(ctx: PeerContext, tensors: Mapping[str, np.ndarray]) -> bytes:
-    digest = payload_digest(tensors)
-    meta = {
-        "format": FORMAT, "window": str(ctx.window), "uid": str(ctx.uid), "hotkey": ctx.hotkey,
-        "base": ctx.base, "chunk": str(ctx.tools.codec.chunk), "topk": str(ctx.tools.codec.topk),
-        "signature": sign_hex(ctx.signer, signed_message(ctx.window, ctx.uid, ctx.hotkey, ctx.base, digest)),
-    }  # fmt: skip
-    return safetensors.numpy.save(dict(tensors), metadata=meta)
-
-
-def _first_loadable(files: list[bytes]) -> dict[str, np.ndarray] | None:
-    """The first file that parses (a copier skips the garbage other cheaters upload)."""
-    for data in files:
-        try:
-            return dict(safetensors.numpy.load(data))
-        except safetensors.SafetensorError:
-            continue
-    return None
-
-
 @dataclass(frozen=True)
 class Copycat:
     """Takes another peer's fresh submission, perturbs some codes so the digest differs, re-signs it."""
@@ -135,7 +139,7 @@ class Copycat:
 
     def submit(self, ctx: PeerContext) -> Submission | None:
         # the first peer to publish (peers publish by uid): a copier wants the freshest real work
-        tensors = _first_loadable([data for h, data in ctx.published.items() if h != ctx.hotkey])
+        tensors = first_loadable([data for h, data in ctx.published.items() if h != ctx.hotkey])
         if tensors is None:
             return None
         rng = np.random.default_rng(ctx.window)
@@ -144,7 +148,7 @@ class Copycat:
             flip = rng.random(codes.shape) < self.perturb
             codes[flip] ^= 0b01010101  # toggles magnitude bits, keeps every sign
             tensors[name] = codes
-        return Submission(_resign(ctx, tensors), COPY_DELAY_S)
+        return Submission(resign(ctx, tensors), COPY_DELAY_S)
 
 
 @dataclass(frozen=True)
@@ -180,10 +184,11 @@ class Malformed:
         tensors = dict(safetensors.numpy.load(good))
         first_lut = sorted(n for n in tensors if n.endswith(".lut"))[0]
         tensors[first_lut] = np.array([np.nan, 0, 0, 1], dtype=np.float32)
-        return Submission(_resign(ctx, tensors), HONEST_DELAY_S)
+        return Submission(resign(ctx, tensors), HONEST_DELAY_S)
 
 
 _ALL: tuple[Behaviour, ...] = (
-    Honest(), Lazy(), Copycat(), Replay(), Noise(), Scaled(), Stale(), Late(), Malformed(), FreeRider(),
+    Honest(), *GRADED, Lazy(), Copycat(), Replay(), Noise(), Scaled(), Stale(), Late(), Malformed(),
+    FreeRider(), *ADVERSARIES,
 )  # fmt: skip
 BUILTIN: dict[str, Behaviour] = {b.name: b for b in _ALL}

@@ -1,0 +1,133 @@
+"""Scoring fidelity: does honest work always count, do adversaries gain nothing, is training slowed?
+
+    .venv/bin/python benchmarks/bench_fidelity.py [--quick] [--only NAME,NAME] [--windows N]
+
+Runs the demo's sizing (tiny model, H = 20, 8 windows) once per scenario, each in its own workdir:
+honest peers alone, each built-in adversary with the honest peers, graded honest peers, and a
+mixed scenario with every adversary plus malformed junk. Per scenario it reports:
+- `loss_ratio`: the final held-out loss ÷ the honest-only run's (same pages, same seed);
+- `coverage`: the share of honest peers aggregated per window after the warm-up;
+- `adversary_selections`: adversarial peers aggregated after the warm-up (window, peer pairs);
+- `framed`: honest peers ever invalidated or banned;
+- `spearman`: leaderboard position against true contribution, honest peers only.
+The warm-up is the first `WARMUP` windows: proof of training needs three evaluations (four when one
+of them was −1), so honest peers are first aggregated in window 3 or 4. The last
+line is one JSON object with every scenario's figures and the targets of issue 12.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ["HOME"] = tempfile.mkdtemp(prefix="gauntlet-bench-home-")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+for _key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
+    del os.environ[_key]
+
+import torch  # noqa: E402
+
+from scoring.corpus import generate_corpus  # noqa: E402
+from validator.demo import DemoConfig, DemoRunner  # noqa: E402
+from validator.demo_summary import DemoSummary  # noqa: E402
+from validator.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
+from validator.sim.plugins import parse_peers  # noqa: E402
+
+WARMUP = 3
+HONEST = "honest:4"
+ADVERSARIES = (
+    "lazy", "copycat", "replay", "noise", "scaled", "stale", "late", "malformed", "free_rider",
+    "noisy_copy", "blend", "split:2", "stale_copy", "collude:3", "poison", "sandbag",
+)  # fmt: skip
+GRADED = "honest:2,honest_3q:1,honest_half:1,honest_quarter:1,honest_half_pages:1"
+MIXED = ",".join([HONEST, *(a if ":" in a else f"{a}:1" for a in ADVERSARIES), "malformed:2"])
+TARGETS = {
+    "coverage": 1.0,
+    "adversary_selections": 0,
+    "loss_ratio_max": 1.02,
+    "spearman_min": 0.9,
+    "framed": 0,
+}
+
+
+def scenarios(quick: bool) -> dict[str, str]:
+    if quick:
+        return {"honest_only": "honest:2", "mixed": "honest:2,noisy_copy:1,malformed:1,lazy:1"}
+    out = {"honest_only": HONEST, "graded": GRADED, "mixed": MIXED}
+    for a in ADVERSARIES:
+        name, _, count = a.partition(":")
+        out[name] = f"{HONEST},{name}:{count or 1}"
+    return out
+
+
+def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_steps: int) -> dict[str, Any]:
+    workdir = root / name
+    workdir.mkdir(parents=True)
+    (workdir / "corpus").symlink_to(corpus, target_is_directory=True)
+    runner = DemoRunner(
+        DemoConfig(parse_peers(peers), windows=windows, workdir=workdir, inner_steps=inner_steps)
+    )
+    behaviour = runner.network.behaviour_of()
+    summary = DemoSummary(behaviour)
+    honest = {h for h, b in behaviour.items() if b in HONEST_CONTRIBUTION}
+    covered, adversary, framed, started = [], 0, set(), time.perf_counter()
+    first = runner.next_window
+    for window in range(first, first + windows):
+        runner.publish(window)
+        report = runner.validate(window)
+        summary.add(report, runner.heldout_loss())
+        chosen = set(report.selection.gather)
+        framed |= {p.hotkey for p in report.peers if p.hotkey in honest and p.status == "invalid"}
+        framed |= {h for h, r in runner.round.ratings.peers.items() if h in honest and r.banned(window)}
+        if window - first >= WARMUP:
+            covered.append(len(chosen & honest) / max(len(honest), 1))
+            adversary += len(chosen - honest)
+    result = summary.to_json(runner.round.ratings)
+    return {
+        "peers": peers,
+        "final_loss": runner.heldout_loss(),
+        "coverage": min(covered) if covered else None,
+        "mean_coverage": sum(covered) / len(covered) if covered else None,
+        "adversary_selections": adversary,
+        "framed": len(framed),
+        "spearman": result["spearman"],
+        "selected_behaviours": [w["selected_behaviours"] for w in result["windows"]],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="3 windows, two small scenarios, H = 2")
+    parser.add_argument("--only", default="", help="comma-separated scenario names (honest_only always runs)")
+    parser.add_argument("--windows", type=int, default=8)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    windows, inner = (WARMUP + 1, 2) if args.quick else (args.windows, 20)
+    chosen = scenarios(args.quick)
+    if args.only:
+        keep = {"honest_only", *args.only.split(",")}
+        chosen = {k: v for k, v in chosen.items() if k in keep}
+    root = Path(tempfile.mkdtemp(prefix="gauntlet-fidelity-"))
+    corpus = root / "corpus"
+    generate_corpus(corpus, seed=0, n_tokens=300_000 if args.quick else 1_500_000, shard_tokens=150_000)
+    figures: dict[str, Any] = {}
+    for name, peers in chosen.items():
+        figures[name] = run(name, peers, root, corpus, windows, inner)
+        print(name, json.dumps(figures[name]), file=sys.stderr, flush=True)
+    base = figures["honest_only"]["final_loss"]
+    for f in figures.values():
+        f["loss_ratio"] = f["final_loss"] / base
+    print(json.dumps({"windows": windows, "warmup": WARMUP, "targets": TARGETS, "scenarios": figures}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+import pytest
+
+from validator.fidelity import average_ranks, honest_spearman, spearman
+from validator.sim.behaviours import BUILTIN, HONEST_CONTRIBUTION
+
+
+def test_average_ranks_share_ties() -> None:
+    assert average_ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]
+
+
+def test_spearman_literal_values() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+    assert spearman([1, 2], [5, 5]) is None and spearman([1], [1]) is None
+
+
+def test_honest_spearman_reads_the_leaderboard() -> None:
+    rows = [
+        {"behaviour": "honest", "rank": 1},
+        {"behaviour": "lazy", "rank": 2},  # adversaries are left out
+        {"behaviour": "honest_half", "rank": 3},
+        {"behaviour": "honest_quarter", "rank": 4},
+    ]
+    assert honest_spearman(rows) == pytest.approx(1.0)
+    rows[0]["rank"], rows[3]["rank"] = 4, 1
+    assert honest_spearman(rows) == pytest.approx(-1.0)
+
+
+def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
+    expected = {"honest": 1.0, "honest_3q": 0.75, "honest_half": 0.5, "honest_quarter": 0.25}
+    assert expected | {"honest_half_pages": 0.5} == HONEST_CONTRIBUTION
+    new = {"noisy_copy", "blend", "split", "stale_copy", "collude", "poison", "sandbag"}
+    assert set(HONEST_CONTRIBUTION) | new <= set(BUILTIN)

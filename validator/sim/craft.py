@@ -1,0 +1,75 @@
+"""What simulated peers use to forge submissions: re-signing, reading others' files, training."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import safetensors.numpy
+import torch
+
+from scoring.data import batches
+from scoring.decoder import Expected, decode_submission
+from scoring.model import param_spec
+from scoring.signing import sign_hex
+from scoring.train import train_inner
+from scoring.wire import FORMAT, payload_digest, signed_message
+from validator.sim.context import PeerContext
+
+HONEST_DELAY_S = 5.0
+COPY_DELAY_S = 20.0  # copiers must wait for their victim's upload: they are the later uploader
+Dense = dict[str, torch.Tensor]
+
+
+def resign(ctx: PeerContext, tensors: Mapping[str, np.ndarray]) -> bytes:
+    digest = payload_digest(tensors)
+    meta = {
+        "format": FORMAT, "window": str(ctx.window), "uid": str(ctx.uid), "hotkey": ctx.hotkey,
+        "base": ctx.base, "chunk": str(ctx.tools.codec.chunk), "topk": str(ctx.tools.codec.topk),
+        "signature": sign_hex(ctx.signer, signed_message(ctx.window, ctx.uid, ctx.hotkey, ctx.base, digest)),
+    }  # fmt: skip
+    return safetensors.numpy.save(dict(tensors), metadata=meta)
+
+
+def first_loadable(files: list[bytes]) -> dict[str, np.ndarray] | None:
+    """The first file that parses (a copier skips the garbage other cheaters upload)."""
+    for data in files:
+        try:
+            return dict(safetensors.numpy.load(data))
+        except safetensors.SafetensorError:
+            continue
+    return None
+
+
+def decoded_others(ctx: PeerContext) -> list[Dense]:
+    """The dense updates other peers already published this window (those that decode)."""
+    out = []
+    spec = param_spec(ctx.model)
+    for hotkey, data in sorted(ctx.published.items()):
+        result = decode_submission(data, spec, Expected(verify_signature=False), ctx.tools.codec)
+        if hotkey != ctx.hotkey and result.update is not None:
+            out.append({n: p.dense() for n, p in result.update.params.items()})
+    return out
+
+
+def train_partial(ctx: PeerContext, steps_fraction: float = 1.0, pages_fraction: float = 1.0) -> Dense:
+    """Honest training with a fraction of the inner steps, or on a fraction of the assigned pages."""
+    pages: Sequence[int] = ctx.assigned()
+    pages = pages[: max(1, round(len(pages) * pages_fraction))]
+    inner = replace(ctx.tools.inner, steps=max(1, round(ctx.tools.inner.steps * steps_fraction)))
+    return train_inner(ctx.model, batches(ctx.tools.dataset, pages, ctx.tools.batch_size), inner)
+
+
+def direction(ctx: PeerContext, seed: int) -> Dense:
+    """A fixed random unit direction over the whole model (the same for every peer using `seed`)."""
+    g = torch.Generator().manual_seed(seed)
+    d = {n: torch.randn(p.shape, generator=g) for n, p in ctx.model.named_parameters()}
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in d.values()]))
+    return {n: t / norm for n, t in d.items()}
+
+
+def total_norm(delta: Mapping[str, torch.Tensor]) -> float:
+    return float(
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.float()) for t in delta.values()]))
+    )
