@@ -22,11 +22,17 @@ router = APIRouter(
 
 
 def weight_list(session: Session, *, limit: int, before: int | None) -> WeightList:
+    """A page of attempts. Pages are cut between windows: a full page leaves its oldest window's
+    attempts to the next page (whose `before` includes it), unless that window fills the page alone."""
     rows = weight_sets(session=session, limit=limit, before=before)
+    next_before = None
+    if len(rows) == limit:
+        oldest = rows[-1].window
+        newer = [ws for ws in rows if ws.window != oldest]
+        rows, next_before = (newer, oldest + 1) if newer else (rows, oldest)
     return WeightList(
         weight_sets=[public(WeightSetOut, ws, uids=list(ws.uids), weights=list(ws.weights)) for ws in rows],
-        # Attempts are paged by window: the next page starts below the oldest window shown.
-        next_before=rows[-1].window if len(rows) == limit and rows[-1].window > 0 else None,
+        next_before=next_before or None,  # 0: nothing is below window 0
     )
 
 

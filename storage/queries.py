@@ -227,13 +227,14 @@ def window_detail(*, session: Session, window: int) -> WindowRecord | None:
 def weight_sets(
     *, session: Session, window: int | None = None, limit: int = 50, before: int | None = None
 ) -> list[WeightSetRecord]:
-    """Weight-setting attempts, newest first (optionally of one window, or of windows < `before`)."""
+    """Weight-setting attempts by window, newest first, and within a window the latest attempt first
+    (optionally of one window, or of windows < `before`)."""
     stmt = select(m.WeightSet)
     if window is not None:
         stmt = stmt.where(m.WeightSet.window == window)
     if before is not None:
         stmt = stmt.where(m.WeightSet.window < before)
-    rows = session.scalars(stmt.order_by(m.WeightSet.id.desc()).limit(limit))
+    rows = session.scalars(stmt.order_by(m.WeightSet.window.desc(), m.WeightSet.id.desc()).limit(limit))
     return [
         WeightSetRecord(
             window=r.window, block=r.block, uids=r.uids, weights=r.weights, outcome=r.outcome, error=r.error

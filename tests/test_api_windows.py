@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import httpx
 import pytest
 
-from tests.api_fixtures import N_PEERS, client_fixture, hotkey, pg_db_fixture, pg_server_fixture
+from storage.db import session_scope
+from storage.records import WeightSetRecord
+from storage.writer import record_weight_set
+from tests.api_fixtures import (
+    N_PEERS,
+    client_fixture,
+    config_for,
+    hotkey,
+    pg_db_fixture,
+    pg_server_fixture,
+    run_server,
+    seeded_database,
+)
 
 __all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
 
@@ -130,3 +145,29 @@ def test_trends_chart_every_committed_window(client: httpx.Client) -> None:
     assert (newest["n_selected"], newest["weight_outcomes"]) == (3, ["ok"])
     assert windows[0]["weight_outcomes"] == []
     assert [t["window"] for t in client.get("/v1/trends", params={"windows": 2}).json()["windows"]] == [4, 5]
+
+
+def test_weight_pages_never_split_a_window(tmp_path: Path) -> None:
+    db = seeded_database(f"sqlite:///{tmp_path}/weights.db")
+    attempts = [(3, "ok"), (5, "failed"), (4, "ok"), (5, "ok")]  # a retry for window 5 came last
+    with session_scope(db.engine) as session:
+        for window, outcome in attempts:
+            record_weight_set(session=session, record=WeightSetRecord(window, None, [0], [1.0], outcome))
+    with run_server(config_for(db.url)) as server:
+
+        def page(limit: int, before: int | None = None) -> dict[str, Any]:
+            params = {"limit": limit} | ({} if before is None else {"before": before})
+            body: dict[str, Any] = httpx.get(f"{server.base_url}/v1/weights", params=params).json()
+            return body
+
+        first = page(4)
+        second = page(4, first["next_before"])
+        alone = page(2)
+    db.engine.dispose()
+    shown = [(w["window"], w["outcome"], w["block"]) for w in first["weight_sets"]]
+    # windows newest first, the latest attempt of a window first; window 4's attempt waits
+    assert shown == [(5, "ok", None), (5, "failed", None), (5, "ok", 9000)]
+    assert first["next_before"] == 5
+    assert [(w["window"], w["outcome"]) for w in second["weight_sets"]] == [(4, "ok"), (3, "ok")]
+    assert second["next_before"] is None
+    assert [w["window"] for w in alone["weight_sets"]] == [5, 5] and alone["next_before"] == 5
