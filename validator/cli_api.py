@@ -11,6 +11,7 @@ import uvicorn
 
 from api.app import build_server, serve
 from api.settings import ApiConfig
+from validator.logs import configure_logging
 from validator.settings import Settings
 
 
@@ -32,9 +33,13 @@ def api(
     port: Annotated[int | None, typer.Option(help="Port (default GAUNTLET_API_PORT)")] = None,
 ) -> None:
     """Serve the read-only REST API, live events, metrics and the dashboard."""
+    from validator.cli_common import latest_base, log_startup
     from validator.cli_ops import load_settings
 
     s = load_settings()
+    configure_logging()
+    window, base = latest_base(s)
+    log_startup("api", s, host=host or s.api_host, port=port or s.api_port, window=window, model=base)
     serve(api_config(s), host or s.api_host, port or s.api_port)
 
 

@@ -12,9 +12,12 @@ import structlog
 import typer
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from scoring.checkpoint import config_from_hf, weight_map
 from scoring.data import MANIFEST_NAME, Dataset
+from storage import queries
+from storage.db import make_engine
 from validator.settings import Settings
 from validator.wiring import code_version
 
@@ -93,8 +96,27 @@ def store_of(s: Settings) -> str:
 
 def log_startup(command: str, s: Settings, **extra: Any) -> None:
     """One line an operator can check at a glance: which code, which subnet, which key, which data."""
-    log.info(
-        "startup", command=command, version=code_version(), chain=s.chain, network=s.network,
-        netuid=s.netuid, database=s.masked()["database_url"], store=store_of(s), device=s.device,
-        **extra,
-    )  # fmt: skip
+    fields: dict[str, Any] = {
+        "command": command, "version": code_version(), "chain": s.chain, "network": s.network,
+        "netuid": s.netuid, "wallet": f"{s.wallet_name}/{s.wallet_hotkey}", "hotkey": None,
+        "database": s.masked()["database_url"], "store": store_of(s), "device": s.device, "model": None,
+    }  # fmt: skip
+    log.info("startup", **(fields | extra))
+
+
+def latest_base(s: Settings) -> tuple[int | None, str | None]:
+    """The last committed window and its model fingerprint, as the API will serve them (None, None
+    when nothing is committed or the database is unreachable: the API starts anyway and says so)."""
+    path = sqlite_file(s.database_url)
+    if path is not None and not path.exists():
+        return None, None
+    engine = make_engine(s.database_url)
+    try:
+        with Session(engine) as session:
+            window = queries.latest_committed_window(session=session)
+            detail = None if window is None else queries.window_detail(session=session, window=window)
+    except SQLAlchemyError:
+        return None, None
+    finally:
+        engine.dispose()
+    return window, None if detail is None else detail.base_fingerprint

@@ -15,7 +15,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from scoring.signing import Signer, dev_keypair
 from storage import migrate
 from validator.chain import Chain, WindowConfig
-from validator.cli_common import check_model_path, db_error, fail, log_startup, open_dataset, sqlite_file
+from validator.cli_common import (
+    check_model_path,
+    db_error,
+    fail,
+    log_startup,
+    open_dataset,
+    sqlite_file,
+    store_of,
+)
 from validator.commitments import LocationPolicy
 from validator.logs import configure_logging
 from validator.metrics import Metrics
@@ -140,7 +148,9 @@ def run(
 
     try:
         first = connect()
-    except LookupError as e:  # a database newer than its work folder (deploy/README.md §5)
+    except KeyError as e:  # a checkpoint the database names is not in the store (deploy/README.md §5)
+        fail(f"checkpoint {e.args[0]} is missing from {store_of(s)}: restore it from the database's backup")
+    except LookupError as e:  # a database newer than its work folder
         fail(f"{e}: restore {Path(s.workdir).resolve()} from the same backup as the database")
     except SQLAlchemyError as e:
         fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")

@@ -1,0 +1,188 @@
+"""The demo and the commands an operator runs after it, as a new operator would run them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli_fixtures import assert_one_line, call, clean_env
+
+__all__ = ["clean_env"]  # the fixture, used by name
+GAUNTLET = str(Path(sys.executable).parent / "gauntlet")
+PEERS = ["--peers", "honest:2", "--inner-steps", "2", "--no-api", "--json"]
+
+
+def clean() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")}
+
+
+def gauntlet(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [GAUNTLET, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=clean() | env,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One committed window, run with a *relative* --workdir, as the README shows it."""
+    base = tmp_path_factory.mktemp("demo")
+    result = gauntlet(["demo", "--windows", "1", "--workdir", "run", *PEERS], base)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return base / "run"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_replay_from_another_folder(
+    demo_dir: Path, tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    toml = (demo_dir / "gauntlet.toml").read_text()
+    assert f'workdir = "{demo_dir}"' in toml and f'dataset_path = "{demo_dir / "corpus"}"' in toml
+    clean_env.chdir(tmp_path)  # not the folder the demo ran in
+    clean_env.setenv("GAUNTLET_CONFIG", str(demo_dir / "gauntlet.toml"))
+    result = call(["replay", "1", "--json"], capsys)
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["identical"] is True
+
+
+def test_the_demo_writes_its_shapes_for_inspect(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shapes = demo_dir / "shapes.json"
+    files = sorted((demo_dir / "stores").glob("peer-*/gauntlet/1/1/*.safetensors"))
+    assert shapes.is_file() and files
+    result = call(["submission", "inspect", str(files[0]), "--shapes", str(shapes)], capsys)
+    assert result.code == 0 and json.loads(result.out)["ok"] is True
+
+
+def test_rerun_says_it_resumes_and_fresh_starts_over(demo_dir: Path, tmp_path: Path) -> None:
+    work = tmp_path / "copy"
+    shutil.copytree(demo_dir, work)
+    resumed = gauntlet(["demo", "--windows", "1", "--workdir", str(work), *PEERS], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming" in resumed.stderr and "window 1 (resumed)" in resumed.stderr
+    assert "window 0 (initial)" not in resumed.stderr
+    assert [w["window"] for w in json.loads(resumed.stdout.splitlines()[-1])["windows"]] == [2]
+    fresh = gauntlet(["demo", "--windows", "1", "--workdir", str(work), "--fresh", *PEERS], tmp_path)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert "window 0 (initial)" in fresh.stderr and "resuming" not in fresh.stderr
+    assert [w["window"] for w in json.loads(fresh.stdout.splitlines()[-1])["windows"]] == [1]
+
+
+@pytest.mark.parametrize("lost", ["files", "rows"])
+def test_run_without_checkpoints_is_one_line(
+    lost: str,
+    demo_dir: Path,
+    tmp_path: Path,
+    clean_env: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A database newer than its work folder (deploy/README.md §5): the checkpoint files are gone,
+    or the database names none at or before the window to resume."""
+    work = tmp_path / "restored"
+    shutil.copytree(demo_dir, work)
+    if lost == "files":
+        shutil.rmtree(work / "blobs")
+    else:
+        with sqlite3.connect(work / "gauntlet.db") as db:
+            db.execute("DELETE FROM checkpoints")
+    clean_env.setenv("GAUNTLET_CONFIG", str(work / "gauntlet.toml"))
+    clean_env.setenv("GAUNTLET_WORKDIR", str(work))
+    clean_env.setenv("GAUNTLET_DATABASE_URL", f"sqlite:///{work / 'gauntlet.db'}")
+    clean_env.setenv("GAUNTLET_REDIS_URL", "")
+    result = call(["run", "--windows", "1"], capsys)
+    if lost == "files":
+        assert_one_line(result, 1, "checkpoint checkpoints/", "is missing from", str(work / "blobs"))
+    else:
+        assert_one_line(result, 1, "no checkpoint at or before window 2", str(work))
+
+
+def test_run_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
+    work = tmp_path / "again"
+    shutil.copytree(demo_dir, work)
+    env = {"GAUNTLET_CONFIG": str(work / "gauntlet.toml"), "GAUNTLET_WORKDIR": str(work),
+           "GAUNTLET_DATABASE_URL": f"sqlite:///{work / 'gauntlet.db'}", "GAUNTLET_REDIS_URL": "",
+           "GAUNTLET_METRICS_PORT": str(free_port())}  # fmt: skip
+    result = gauntlet(["run", "--windows", "0"], tmp_path, **env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in result.stderr.splitlines() if '"startup"' in line]
+    assert len(lines) == 1
+    start = lines[0]
+    assert start["command"] == "run" and start["chain"] == "local"
+    assert start["device"] == "cpu" or start["device"].startswith("cuda")  # resolved, not "auto"
+    assert start["hotkey"] and len(start["model"]) == 64 and start["database"].endswith("gauntlet.db")
+    assert start["store"] == str(work / "blobs") and start["version"]
+
+
+def test_api_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
+    port = free_port()
+    env = clean() | {"GAUNTLET_CONFIG": str(demo_dir / "gauntlet.toml"), "GAUNTLET_REDIS_URL": ""}
+    proc = subprocess.Popen(
+        [GAUNTLET, "api", "--port", str(port)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        line = ""
+        while time.monotonic() < deadline and '"startup"' not in line:
+            line = proc.stderr.readline()
+        start = json.loads(line)
+        assert start["command"] == "api" and start["port"] == port and start["window"] == 1
+        assert len(start["model"]) == 64
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)  # reaps it and closes the pipe
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def test_demo_on_a_port_in_use_stops_before_starting(
+    busy_port: int, tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.chdir(tmp_path)
+    result = call(["demo", "--port", str(busy_port), "--workdir", "w"], capsys)
+    assert_one_line(result, 1, f"port {busy_port} is in use", "--port")
+    assert not (tmp_path / "w").exists()  # nothing was started
+
+
+def test_demo_usage_errors(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.chdir(tmp_path)
+    args = ["demo", "--no-api", "--workdir", "w", "--peers"]
+    assert_one_line(call([*args, "honest:x"], capsys), 1, "'--peers'", "'x'")
+    assert_one_line(call([*args, "honest:100000"], capsys), 1, "'--peers'", "at most 255")
+    assert_one_line(call([*args, "nosuch:1"], capsys), 1, "'--peers'", "nosuch")
+    (tmp_path / "file").write_text("not a folder")
+    blocked = call(["demo", "--no-api", "--workdir", str(tmp_path / "file" / "w")], capsys)
+    assert_one_line(blocked, 1, "cannot create the work folder", "--workdir")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    refused = call(["demo", "--no-api", "--workdir", str(tmp_path / "mine"), "--fresh"], capsys)
+    assert_one_line(refused, 1, "does not look like a demo work folder")
+    assert (tmp_path / "mine" / "thesis.tex").exists()
+    assert not (tmp_path / "w").exists()
