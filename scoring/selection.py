@@ -7,7 +7,8 @@ peers (the honest consensus). Everybody who passes is aggregated, up to `gather_
 score first: a rating at 0 among equals no longer throws proven honest work away, and a peer whose
 contribution is a small fraction of the consensus (a perturbed copy, half of a split update, a stale
 update) no longer dilutes the equal-weight mean. Of a pair of near-identical payloads whose upload
-order is unclear (`twins`) only one is aggregated: the better rated, then the smaller key.
+order is unclear (`twins`) only one is aggregated: the better rated, then the smaller key; a group
+of three or more linked that way (colluders sharing a hidden direction) is left out entirely.
 """
 
 from __future__ import annotations
@@ -105,13 +106,25 @@ def select_aggregation(
     gains = [c.gain for c in admissible if c.gain is not None]
     floor = cfg.gain_floor * median(gains) if gains else 0.0
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    for a, b in sorted(tuple(sorted(t)) for t in twins):
-        if a in kept and b in kept:
-            drop = a if (kept[a].final, b) < (kept[b].final, a) else b
-            del kept[drop]
+    for group in _clusters(twins):
+        members = sorted((k for k in group if k in kept), key=lambda k: (-kept[k].final, k))
+        # a pair keeps its better member; three or more peers sharing one residual direction are a
+        # colluding cluster (or a victim copied by several at once): none of them steers the model
+        for k in members[1:] if len(group) == 2 else members:
+            del kept[k]
     ranked = sorted(kept.values(), key=lambda c: (-c.final, -(c.gain or 0.0), c.key))
     keys = [c.key for c in ranked]
     return Selection(tuple(keys[: cfg.gather_peers]), tuple(keys[cfg.gather_peers :][: cfg.reserve_peers]))
+
+
+def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
+    """Connected groups of keys linked by `pairs`, in a deterministic order."""
+    groups: list[set[str]] = []
+    for a, b in sorted(tuple(sorted(p)) for p in pairs):
+        touching = [g for g in groups if a in g or b in g]
+        merged = {a, b}.union(*touching)
+        groups = [g for g in groups if g not in touching] + [merged]
+    return sorted(groups, key=min)
 
 
 def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:

@@ -87,6 +87,12 @@ def test_only_one_of_twins_is_aggregated() -> None:
     assert select_aggregation(peers, twins=[("c", "a")]).gather == ("b", "a")  # tie: smaller key
 
 
+def test_a_cluster_of_three_similar_peers_is_left_out() -> None:
+    peers = [cand(k) for k in "abcdh"]
+    colluders = [("a", "b"), ("c", "b"), ("d", "e")]  # a-b-c one cluster; d's twin is not admissible
+    assert select_aggregation(peers, twins=colluders).gather == ("d", "h")
+
+
 def test_gather_cap_spills_into_reserve() -> None:
     peers = [cand(k, final=float(i)) for i, k in enumerate("abc")]
     sel = select_aggregation(peers, SelectionConfig(gather_peers=2, reserve_peers=5))
