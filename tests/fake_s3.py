@@ -10,6 +10,7 @@ Every server runs on daemon threads and is shut down by its context manager.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -95,8 +96,11 @@ def _handler(store: FakeS3) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def serving(store: FakeS3) -> Iterator[FakeS3]:
+def serving(store: FakeS3, tls: ssl.SSLContext | None = None) -> Iterator[FakeS3]:
+    """Serve `store` on 127.0.0.1 (over TLS with `tls`, a server context)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(store))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     store.port = int(server.server_address[1])
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -5,18 +5,24 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import re
+import shutil
 import socket
+import ssl
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from obstore.store import S3Store
 
 from scoring.types import Reason
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.commitments import LocationError, LocationPolicy, StorageLocation, parse_location
 from validator.hostcheck import HostRefused, is_public, numeric_looking, pin_host
-from validator.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key
+from validator.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key, open_store
 from validator.peer_fetch import GENERIC, TIMED_OUT
+from validator.peer_http import HttpLimits, PeerHttp, StoreError
 
 T0 = time.time() - 10
 LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)
@@ -127,3 +133,41 @@ def test_failure_details_carry_no_error_text_ports_or_timings() -> None:
     assert (status, reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
     assert detail in (*GENERIC.values(), TIMED_OUT)
     assert not re.search(r"\d", detail)  # a port-scan oracle needs ports or timings
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for `localhost` (its own CA), made with the openssl CLI."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_name(certificate: tuple[Path, Path]) -> None:
+    """The URL carries the pinned address; TLS still checks the certificate against the name."""
+    cert, key = certificate
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    with serving(FakeS3(), tls=server_tls) as tls_store:
+        tls_store.put(f"/bucket/{object_key(5, 'peer')}", FakeObject(b"over-tls", T0 + 1))
+
+        async def head(host: str) -> int:
+            location = StorageLocation(scheme="https", host=host, port=tls_store.port, bucket="bucket")
+            limits = HttpLimits(allow_private_hosts=True, verify=trusted)
+            store = open_store(location)
+            assert isinstance(store, S3Store)
+            async with PeerHttp(limits) as http:
+                return (await http.head(location, store, object_key(5, "peer"))).size
+
+        assert asyncio.run(head("localhost")) == len(b"over-tls")
+        assert {host for _, _, host in tls_store.log} == {f"localhost:{tls_store.port}"}
+        with pytest.raises(StoreError):  # the certificate is not for 127.0.0.1: refused, not ignored
+            asyncio.run(head("127.0.0.1"))

@@ -177,7 +177,7 @@ class Fetcher:
             if on_result is not None:
                 on_result(result)
 
-        async with PeerHttp(self.limits()) as http:
+        async with PeerHttp(self.limits(), connections=self.config.concurrency) as http:
 
             async def one(i: int) -> None:
                 # The gate is FIFO and every HEAD queues before any GET: HEADs go first, and a

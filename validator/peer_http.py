@@ -11,6 +11,7 @@ obstore (presigned URLs) when the location carries credentials.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -50,16 +51,20 @@ class HttpLimits:
     min_bytes_per_s: float = 1 << 20  # a body slower than this (after the grace) is abandoned
     rate_grace_s: float = 5.0
     allow_private_hosts: bool = False  # tests and local subnets serve peers on 127.0.0.1
+    verify: ssl.SSLContext | bool = True  # certificate checks (a test CA in tests; never False in use)
 
 
 class PeerHttp:
     """One httpx client for one event loop (`async with`), shared by every peer fetched in it."""
 
-    def __init__(self, limits: HttpLimits) -> None:
+    def __init__(self, limits: HttpLimits, connections: int = 100) -> None:
         self.limits = limits
         timeout = httpx.Timeout(limits.connect_timeout_s, read=limits.rate_grace_s)
+        pool = httpx.Limits(max_connections=max(connections, 1))
         # trust_env=False: a proxy or netrc in the environment must not change where requests go
-        self._client = httpx.AsyncClient(follow_redirects=False, timeout=timeout, trust_env=False)
+        self._client = httpx.AsyncClient(
+            follow_redirects=False, timeout=timeout, limits=pool, trust_env=False, verify=limits.verify
+        )
 
     async def __aenter__(self) -> PeerHttp:
         return self

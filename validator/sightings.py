@@ -93,7 +93,7 @@ class Poller:
             log.exception("poller_failed")
 
     async def _poll(self) -> None:
-        async with PeerHttp(self._limits) as http:
+        async with PeerHttp(self._limits, connections=len(self._requests)) as http:  # all at once
             next_at = self._start_at
             while await self._sleep_until(next_at) and self._clock() < self._stop_at:
                 next_at = self._clock() + self._interval
