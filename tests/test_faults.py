@@ -275,6 +275,6 @@ def test_gauntlet_run_on_the_demo_chain_knows_its_own_hotkey(tmp_path: Path) -> 
         runner = make_runner(tmp_path / "demo", "honest:1")
     runner.round.ledger.engine.dispose()
     with gauntlet_env(config=str(runner.cfg.workdir / "gauntlet.toml")):
-        chain, hotkey = cli_ops._chain(Settings())[:2]
+        chain, hotkey = cli_ops.chain_for(Settings())[:2]
     assert isinstance(chain, LocalChain)
     assert (hotkey, chain.config.validator_hotkey) == (runner.validator_hotkey, runner.validator_hotkey)
