@@ -136,14 +136,15 @@ def _check_names(names: Collection[str], expected: Collection[str]) -> None:
 
 
 def read_container(
-    data: bytes, max_header_bytes: int, expected: Collection[str]
+    data: bytes, max_header_bytes: int, expected: Collection[str] | None
 ) -> tuple[dict[str, Any], dict[str, Entry]]:
     """The raw `__metadata__` map and the expected tensors, each validated; the data tiled exactly."""
     header, data_start = _load_header(data, max_header_bytes)
     metadata = header.pop("__metadata__", None)
     if not isinstance(metadata, dict):
         raise Rejected(Reason.BAD_METADATA, "no __metadata__ map")
-    _check_names(header, expected)
+    if expected is not None:  # None: any names (tools reading a file's metadata)
+        _check_names(header, expected)
     entries = {name: _entry(name, raw, data_start) for name, raw in header.items()}
     cursor = data_start
     for e in sorted(entries.values(), key=lambda e: (e.start, e.end)):

@@ -34,7 +34,7 @@ from scoring.wire import (
     tensor_bounds,
 )
 
-__all__ = ["UNEXPECTED", "Expected", "Rejected", "decode_submission"]
+__all__ = ["UNEXPECTED", "Expected", "Rejected", "decode_submission", "read_format"]
 UNEXPECTED = "decoder could not parse the file"  # the detail of a verdict from the catch-all boundary
 
 
@@ -74,6 +74,16 @@ def decode_submission(
         return DecodeResult(Verdict.reject(Reason.BAD_HEADER, detail), None, meta)
     update = SparseUpdate(meta=meta, digest=digest, params=params, nbytes=len(data))
     return DecodeResult(Verdict.accept(), update, meta)
+
+
+def read_format(data: bytes, cfg: CodecConfig | None = None) -> str | None:
+    """The `format` a file declares, when it is a readable container naming a known one; else None."""
+    try:
+        metadata, _ = read_container(data, (cfg or CodecConfig()).max_header_bytes, None)
+    except Rejected:
+        return None
+    fmt = metadata.get("format")
+    return fmt if fmt in FORMATS else None
 
 
 def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> tuple[SubmissionMeta, str]:
