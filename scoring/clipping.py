@@ -12,12 +12,19 @@ from statistics import median
 from scoring.types import SparseParam
 
 
-def median_norms(norms: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """The per-parameter median of the given peers' update norms (the window's clip reference)."""
+def median_norms(norms: Sequence[Mapping[str, float]], floor: float = 0.0) -> dict[str, float]:
+    """The per-parameter median of the given peers' update norms (the window's clip reference).
+
+    Norms at or below `floor` are left out: a peer that sends nothing for a parameter says nothing
+    about its scale, and a majority of empty updates would otherwise make the reference 0 and clip
+    every real update to nothing. A parameter nobody updated gets reference 0 (nothing to clip)."""
     if not norms:
         return {}
-    names = norms[0].keys()
-    return {name: float(median(n[name] for n in norms)) for name in names}
+    out = {}
+    for name in norms[0]:
+        real = [n[name] for n in norms if n[name] > floor]
+        out[name] = float(median(real)) if real else 0.0
+    return out
 
 
 def clip_factor(norm: float, reference: float) -> float:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
+from pydantic import SecretBytes
 
 MANIFEST_NAME = "manifest.json"
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
@@ -133,9 +134,12 @@ def assigned_pages(window: int, uid: int, *, public_seed: str, n_pages: int, dat
     return draw_pages(derive_seed("assigned", public_seed, window, uid), n_pages, dataset.n_pages)
 
 
-def window_seed(secret: bytes, window: int) -> str:
-    """HMAC-SHA256(secret, window) as hex: unpredictable to peers, recorded for replay."""
-    return hmac.new(secret, f"gauntlet/window|{window}".encode(), hashlib.sha256).hexdigest()
+def window_seed(secret: bytes | SecretBytes, window: int) -> str:
+    """HMAC-SHA256(secret, window) as hex: unpredictable to peers, recorded for replay.
+
+    The validator passes its secret masked (SecretBytes, whose repr hides it): unwrapped only here."""
+    key = secret.get_secret_value() if isinstance(secret, SecretBytes) else secret
+    return hmac.new(key, f"gauntlet/window|{window}".encode(), hashlib.sha256).hexdigest()
 
 
 def heldout_pages(window: int, *, secret: bytes, n_pages: int, dataset: Dataset) -> tuple[str, list[int]]:

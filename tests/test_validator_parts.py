@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -184,3 +185,40 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
     assert set(judged) == set(hotkeys) and threads and all(t.startswith("gauntlet-decode") for t in threads)
     # the signature names another hotkey, so the decoder's verdict is a rejection with its reason
     assert {result.verdict.reason for _, result in judged.values()} == {"wrong_hotkey"}
+
+
+def test_a_plugin_may_use_dataclasses_with_postponed_annotations(tmp_path: Path) -> None:
+    """dataclasses resolves string annotations through sys.modules: the plugin must be registered."""
+    plugin = tmp_path / "frozen.py"
+    plugin.write_text(
+        "from __future__ import annotations\n\nfrom dataclasses import dataclass\n\n\n"
+        "@dataclass(frozen=True)\nclass Frozen:\n    name: str = 'frozen'\n    order: int = 0\n\n"
+        "    def submit(self, ctx: object) -> None:\n        return None\n\n\n"
+        "BEHAVIOURS = [Frozen()]\n"
+    )
+    assert [p.name for p in parse_peers("frozen:2", load_plugin(plugin))] == ["frozen", "frozen"]
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('plugin failed')\n")
+    with pytest.raises(RuntimeError, match="plugin failed"):
+        load_plugin(broken)
+    assert "gauntlet_plugin_broken" not in sys.modules  # a failed plugin leaves nothing behind
+
+
+def test_bucket_credentials_come_from_the_environment_or_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from validator.wiring import bucket
+
+    for k in [k for k in os.environ if k.startswith("GAUNTLET_")]:
+        monkeypatch.delenv(k)
+    secret = tmp_path / "archive-secret"
+    secret.write_text("w-secret-123\n")
+    monkeypatch.setenv("GAUNTLET_ARCHIVE_ACCESS_KEY_ID", "AKID1")
+    monkeypatch.setenv("GAUNTLET_ARCHIVE_SECRET_ACCESS_KEY_FILE", str(secret))
+    s = Settings(archive_url="https://r2.example.com/archive", redis_url=None)
+    assert s.archive_url is not None
+    loc = bucket(s.archive_url, s.archive_access_key_id, s.archive_secret_access_key)
+    assert (loc.access_key_id, loc.secret_access_key) == ("AKID1", "w-secret-123")
+    assert "w-secret" not in repr(s) + json.dumps(s.masked()) + to_toml(s) + repr(loc)
+    with pytest.raises(ValueError, match="go together"):
+        Settings(selection_access_key_id="AKID2", redis_url=None)

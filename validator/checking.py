@@ -8,13 +8,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from statistics import median
 
+import structlog
+
 from scoring.clipping import median_norms
 from scoring.decoder import Expected, decode_submission
-from scoring.types import DecodeResult, ParamSpec, Reason
+from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
 from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
 from scoring.wire import CodecConfig
 from validator.objstore import FetchResult
 from validator.outcomes import PeerWindow
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,25 +26,52 @@ class CheckConfig:
     codec: CodecConfig = CodecConfig()
     uniqueness: UniquenessConfig = UniquenessConfig()
     norm_outlier_factor: float = 10.0  # reject an update whose norm exceeds this × the window median
+    # An update (or one parameter of it) with a total norm at or below this is empty: counted in the
+    # clip reference, a crowd of empty sybils would make it 0 and clip every honest update to nothing.
+    zero_norm: float = 1e-12
 
     def __post_init__(self) -> None:
         if self.norm_outlier_factor <= 1.0:
             raise ValueError("norm_outlier_factor must be > 1")
+        if not 0.0 <= self.zero_norm < 1e-3:
+            raise ValueError("zero_norm must be in [0, 1e-3)")
 
 
 Judged = tuple[str, DecodeResult]  # (content digest of the bytes, what the decoder made of them)
 Judge = Callable[[str, int, bytes], Judged]  # (hotkey, uid, bytes) -> Judged
+Decoder = Callable[[bytes, ParamSpec, Expected, CodecConfig], DecodeResult]  # decode_submission's shape
+
+
+def judging_failed(p: PeerWindow, stage: str, error: BaseException) -> PeerWindow:
+    """The peer whose judging raised: invalid (`internal_error`), the traceback in the log. The
+    stored detail names only the exception type: messages may quote what the peer sent."""
+    log.error("peer_judging_failed", stage=stage, hotkey=p.hotkey, uid=p.uid, exc_info=error)
+    return p.reject(Reason.INTERNAL_ERROR, f"{stage} raised {type(error).__name__}")
 
 
 def file_judge(
-    *, window: int, base: str, spec: ParamSpec, cfg: CheckConfig, archive: Callable[[bytes], str]
+    *,
+    window: int,
+    base: str,
+    spec: ParamSpec,
+    cfg: CheckConfig,
+    archive: Callable[[bytes], str],
+    decode: Decoder = decode_submission,
 ) -> Judge:
-    """Archive the bytes first (so replay sees exactly what was judged), then decode and check them."""
+    """Archive the bytes first (so replay sees exactly what was judged), then decode and check them.
+
+    A decoder that raises judges that one file `internal_error`; archiving raising is the storage's
+    failure, not the peer's, and fails the round."""
 
     def judge(hotkey: str, uid: int, data: bytes) -> Judged:
         digest = archive(data)
         expect = Expected(window=window, uid=uid, hotkey=hotkey, base=base)
-        return digest, decode_submission(data, spec, expect, cfg.codec)
+        try:
+            return digest, decode(data, spec, expect, cfg.codec)
+        except Exception as e:  # one peer's file must not stop the window
+            log.error("peer_judging_failed", stage="decode", hotkey=hotkey, uid=uid, exc_info=e)
+            verdict = Verdict.reject(Reason.INTERNAL_ERROR, f"decode raised {type(e).__name__}")
+            return digest, DecodeResult(verdict)
 
     return judge
 
@@ -88,16 +119,36 @@ def decode_all(
     return out
 
 
-def clip_reference(peers: Sequence[PeerWindow]) -> dict[str, float]:
-    """The window's per-parameter median norm over valid updates: the clip reference (§5.6)."""
-    return median_norms([p.update.norms() for p in peers if p.update is not None])
+def clip_reference(peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig()) -> dict[str, float]:
+    """The window's per-parameter median norm over valid updates: the clip reference (§5.6).
+    Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag the median to 0."""
+    return median_norms([p.update.norms() for p in peers if p.update is not None], floor=cfg.zero_norm)
+
+
+def total_norm(p: PeerWindow) -> float:
+    assert p.update is not None
+    return float(sum(n * n for n in p.update.norms().values()) ** 0.5)
+
+
+def reject_zero_updates(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[PeerWindow]:
+    """An update with (near) zero total norm is `zero_update`: it says nothing and would capture the
+    clip reference. Each peer's norm is computed on its own: one that raises fails only that peer."""
+    out = []
+    for p in peers:
+        try:
+            empty = p.update is not None and total_norm(p) <= cfg.zero_norm
+        except Exception as e:  # a peer's own update: isolated
+            out.append(judging_failed(p, "norm", e))
+            continue
+        out.append(p.reject(Reason.ZERO_UPDATE, f"update norm <= {cfg.zero_norm:g}") if empty else p)
+    return out
 
 
 def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[PeerWindow]:
     """Reject updates whose total norm is far above the window's median total norm."""
-    totals = {p.hotkey: sum(n * n for n in p.update.norms().values()) ** 0.5 for p in peers if p.update}
-    # zero updates are left out of the median: a crowd of empty sybils must not make honest peers outliers
-    nonzero = [t for t in totals.values() if t > 0.0]
+    totals = {p.hotkey: total_norm(p) for p in peers if p.update}
+    # empty updates are left out of the median: a crowd of sybils must not make honest peers outliers
+    nonzero = [t for t in totals.values() if t > cfg.zero_norm]
     if len(nonzero) < 3:  # a median of one or two peers says nothing about outliers
         return list(peers)
     limit = cfg.norm_outlier_factor * median(nonzero)
@@ -169,12 +220,15 @@ def check_window(
     seen_before: Callable[[list[str]], set[str]],
     secret_seed: str,
     ready: Mapping[str, Judged] | None = None,
+    decode: Decoder = decode_submission,
 ) -> tuple[list[PeerWindow], list[CopyFinding]]:
-    """All checks of §5 in order: decode (1–5), replays, norm outliers (6), uniqueness (7).
+    """All checks of §5 in order: decode (1–5), replays, empty updates and norm outliers (6),
+    uniqueness (7).
 
     Uniqueness samples chunks from the window's secret seed, so copiers cannot dodge the sample."""
-    judge = file_judge(window=window, base=base, spec=spec, cfg=cfg, archive=archive)
+    judge = file_judge(window=window, base=base, spec=spec, cfg=cfg, archive=archive, decode=decode)
     checked = decode_all(peers, judge, ready)
     checked = reject_replays(checked, seen_before)
+    checked = reject_zero_updates(checked, cfg)
     checked = reject_norm_outliers(checked, cfg)
     return reject_copies(checked, cfg, seed=int(secret_seed[:16], 16))

@@ -5,15 +5,43 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Protocol
 
+import structlog
 import torch
 
 from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
-from scoring.loss_score import LossScoreConfig, PeerJob, deterministic, evaluate_peers, mean_loss
+from scoring.loss_score import (
+    Batches,
+    LossScoreConfig,
+    PeerEval,
+    PeerJob,
+    deterministic,
+    evaluate_peers,
+    mean_loss,
+)
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.sampling import SamplingConfig, sample_for_evaluation
+from validator.checking import judging_failed
 from validator.outcomes import PeerWindow
+
+log = structlog.get_logger(__name__)
+
+
+class Evaluator(Protocol):
+    """`scoring.loss_score.evaluate_peers`, or a stand-in with its signature (tests inject faults)."""
+
+    def __call__(
+        self,
+        model: LlamaModel,
+        jobs: Sequence[PeerJob],
+        heldout: Batches,
+        *,
+        reference: Mapping[str, float],
+        cfg: LossScoreConfig,
+        loss_before: float | None = None,
+    ) -> list[PeerEval]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +96,12 @@ def evaluate_window(
     budget: int,
     cfg: EvalConfig,
     only: Collection[str] | None = None,
+    evaluator: Evaluator = evaluate_peers,
 ) -> list[PeerWindow]:
     """Evaluate a fair sample of the valid peers (all of them when the budget allows).
 
-    `only` replaces the sample with a given set: replay evaluates exactly the recorded peers."""
+    `only` replaces the sample with a given set: replay evaluates exactly the recorded peers. A peer
+    whose evaluation raises is invalid (`internal_error`); the others are scored as usual."""
     valid = {p.hotkey: p for p in peers if p.valid}
     ordinals = {h: r.ordinal for h, r in ratings.peers.items()}
     last = {h: r.last_evaluated for h, r in ratings.peers.items() if r.last_evaluated is not None}
@@ -86,9 +116,44 @@ def evaluate_window(
         assert p.update is not None
         load = partial(_own_batches, dataset, window, p.uid, held.seed, cfg)
         jobs.append(PeerJob(p.uid, p.update.params, load))
-    results = evaluate_peers(
-        model, jobs, held.batches, reference=reference, cfg=cfg.loss, loss_before=held.loss_before
+    run = partial(
+        evaluator,
+        model,
+        heldout=held.batches,
+        reference=reference,
+        cfg=cfg.loss,
+        loss_before=held.loss_before,
     )
+    results, failed = _isolated(run, jobs)
     by_uid = {r.uid: r for r in results}
     picked = set(chosen)
-    return [replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p for p in peers]
+    out = []
+    for p in peers:
+        if p.hotkey in picked and p.uid in failed:
+            out.append(judging_failed(p, "evaluate", failed[p.uid]))
+        else:
+            out.append(replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p)
+    return out
+
+
+def _isolated(
+    run: partial[list[PeerEval]], jobs: Sequence[PeerJob]
+) -> tuple[list[PeerEval], dict[int, Exception]]:
+    """All jobs in one pass (data prefetched); when that raises, each job alone to find the peers
+    that fail. Every evaluation restores the model bit-exactly, so results do not depend on which.
+
+    If every one of several peers fails, the fault is the validator's (device, model), not theirs:
+    it raises, and the round boundary retries the window instead of blaming them all."""
+    try:
+        return run(jobs), {}
+    except Exception as e:
+        log.warning("evaluation_isolating_peers", peers=len(jobs), error=type(e).__name__)
+    results, failed = [], {}
+    for job in jobs:
+        try:
+            results.extend(run([job]))
+        except Exception as e:
+            failed[job.uid] = e
+    if len(jobs) > 1 and len(failed) == len(jobs):
+        raise RuntimeError(f"evaluation failed for all {len(jobs)} peers") from next(iter(failed.values()))
+    return results, failed

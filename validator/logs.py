@@ -1,26 +1,39 @@
-"""Structured logs: JSON lines on stderr for the service, warnings only in the demo's terminal."""
+"""Structured logs: JSON lines on stderr for the service, warnings only in the demo's terminal.
+
+An exception is logged with its type, message and frames (`exception` in JSON), never with the
+frames' local variables: those hold configuration, peer bytes and secrets."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
 
-def configure_logging(*, quiet: bool = False, json_lines: bool = True) -> None:
+def configure_logging(*, quiet: bool = False, json_lines: bool = True, stream: TextIO | None = None) -> None:
+    """Structured logs to `stream` (stderr by default)."""
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
-    renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
-    )
+    processors: list[structlog.typing.Processor] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if json_lines:
+        exceptions = ExceptionDictTransformer(show_locals=False, use_rich=False)
+        processors += [
+            structlog.processors.ExceptionRenderer(exceptions),
+            structlog.processors.JSONRenderer(),
+        ]
+    else:
+        plain = structlog.dev.plain_traceback  # rich's default would print every frame's locals
+        processors.append(structlog.dev.ConsoleRenderer(colors=False, exception_formatter=plain))
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        # not cached: a later configure (tests, a CLI sub-command) reaches every module's logger
+        cache_logger_on_first_use=False,
     )

@@ -34,6 +34,11 @@ class Metrics:
         self.last_window = Gauge(
             "gauntlet_last_committed_window", "Last committed window", registry=self.registry
         )
+        self.salvaged = Counter(
+            "gauntlet_windows_salvaged_total",
+            "Windows committed in salvage mode after repeated failures (stages that raised skipped)",
+            registry=self.registry,
+        )
         self.failing_streak = Gauge(
             "gauntlet_window_failures_in_a_row", "Failed attempts at the current window (alert on > 3)",
             registry=self.registry,

@@ -21,12 +21,19 @@ from storage.records import (
     SubmissionRecord,
     WindowRecord,
 )
+from validator.checking import judging_failed
 from validator.objstore import object_key
 from validator.outcomes import PeerWindow
 
 
 def _time(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+    """A stored timestamp; one no datetime can hold (a store may report any Last-Modified) is None."""
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def submission_record(p: PeerWindow, key: str) -> SubmissionRecord:
@@ -66,6 +73,22 @@ def evaluation_record(hotkey: str, e: PeerEval) -> EvaluationRecord:
         indicator=e.indicator,
         timings=asdict(e.timings),
     )
+
+
+def recordable(peers: Sequence[PeerWindow], window: int) -> list[PeerWindow]:
+    """Each peer's rows built once before the window is rated: a peer whose rows cannot be built is
+    `internal_error` (recorded without its fetch details), so one odd value cannot fail the commit."""
+    out = []
+    for p in peers:
+        try:
+            submission_record(p, object_key(window, p.hotkey))
+            if p.evaluation is not None:
+                evaluation_record(p.hotkey, p.evaluation)
+        except Exception as e:  # one peer's record: isolated
+            out.append(replace(judging_failed(p, "record", e), fetch=None, evaluation=None))
+            continue
+        out.append(p)
+    return out
 
 
 def rating_record(r: PeerRating) -> RatingRecord:

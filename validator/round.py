@@ -3,24 +3,45 @@
 fetch → check → evaluate → rate/select → commit → aggregate → weights. The database commit comes
 before the model moves: a crash before it leaves no trace of the window, a crash after it is
 repaired by rebuilding the model from storage, so a restart re-runs exactly the unfinished window.
+
+Each peer is judged on its own: what raises while decoding, checking, evaluating or recording one
+peer makes that peer `internal_error` and the window goes on. A window that fails anyway is
+retried by the service; after a few attempts it runs *salvaged*: a stage that raises over the
+whole window (checks, evaluation) is skipped and the window is committed with what could be scored.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+import structlog
+from pydantic import SecretBytes
 
 from scoring.data import Dataset, window_seed
+from scoring.decoder import decode_submission
+from scoring.loss_score import evaluate_peers
 from scoring.model import param_spec
 from scoring.ranking import RatingState
 from scoring.selection import Selection
+from scoring.types import Reason
 from scoring.uniqueness import CopyFinding, unclear_pairs
 from storage.records import WindowRecord
 from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
-from validator.checking import CheckConfig, EagerDecoder, Judged, check_window, clip_reference, file_judge
+from validator.checking import (
+    CheckConfig,
+    Decoder,
+    EagerDecoder,
+    Judged,
+    check_window,
+    clip_reference,
+    file_judge,
+)
 from validator.commitments import LocationPolicy
-from validator.evaluation import EvalConfig, HeldOut, evaluate_window, heldout
+from validator.evaluation import EvalConfig, Evaluator, HeldOut, evaluate_window, heldout
 from validator.events import Events, NullEvents
 from validator.fetching import fetch_window, read_targets
 from validator.global_model import GlobalModel
@@ -30,8 +51,11 @@ from validator.objstore import Fetcher
 from validator.outcomes import PeerWindow
 from validator.policy import PolicyConfig, rate_window, select_window
 from validator.publishing import SelectionPublisher, selection_document
-from validator.recording import window_record
+from validator.recording import recordable, window_record
 from validator.weighing import Weigher
+
+log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +64,7 @@ class RoundConfig:
     eval: EvalConfig
     policy: PolicyConfig
     window: WindowConfig
-    secret: bytes
+    secret: SecretBytes  # masked in every repr, log and traceback; unwrapped only by `window_seed`
     outer_lr: float = 0.4
     fetch_deadline_s: float = 120.0
     config_digest: str = "0" * 64
@@ -58,6 +82,14 @@ class WindowReport:
 
 def no_hook(stage: str, window: int) -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """The functions that judge one peer's bytes and update: the seam where tests inject faults."""
+
+    decode: Decoder = decode_submission
+    evaluate: Evaluator = evaluate_peers
 
 
 @dataclass(slots=True)
@@ -79,9 +111,12 @@ class Round:
     publisher: SelectionPublisher = field(default_factory=SelectionPublisher)
     hook: Callable[[str, int], None] = no_hook  # called after each stage; tests inject crashes here
     seconds_per_eval: float = 0.1  # running estimate that sizes the evaluation budget
+    judging: Judging = Judging()
 
 
-def run_window(r: Round, window: int) -> WindowReport:
+def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
+    """Score and commit `window`. `salvage`: stages that raise are skipped, not retried (the
+    service's last resort for a window that keeps failing)."""
     if r.model.window != window:
         raise ValueError(f"the model is at window {r.model.window}, not {window}")
     timer, started = StageTimer(r.metrics), time.perf_counter()
@@ -91,12 +126,16 @@ def run_window(r: Round, window: int) -> WindowReport:
         peers, judged = _fetch_and_decode(r, window)
     r.hook("fetch", window)
     with timer("check"):
-        peers, findings = _check(r, window, peers, judged, seed)
-        reference = clip_reference(peers)
+        peers, findings, reference = _stage(
+            salvage, "check", lambda: _check(r, window, peers, judged, seed), lambda: _unjudged(peers)
+        )
     r.hook("check", window)
     with timer("evaluate"):
-        held = heldout(r.model.model, r.dataset, seed, r.cfg.eval)
-        peers = _evaluate(r, window, peers, held, reference, started)
+        held, peers = _stage(
+            salvage, "evaluate", lambda: _evaluate(r, window, peers, seed, reference, started),
+            lambda: (HeldOut(seed, (), math.nan), peers),
+        )  # fmt: skip
+        peers = recordable(peers, window)
     r.hook("evaluate", window)
     with timer("rate"):
         ratings = rate_window(r.ratings, peers, window, r.cfg.policy)
@@ -140,6 +179,7 @@ def _fetch_and_decode(r: Round, window: int) -> tuple[list[PeerWindow], dict[str
         spec=param_spec(r.model.model),
         cfg=r.cfg.check,
         archive=r.ledger.archive.put,
+        decode=r.judging.decode,
     )
     eager = EagerDecoder(judge, {t.hotkey: t.uid for t in targets})
     try:
@@ -149,33 +189,56 @@ def _fetch_and_decode(r: Round, window: int) -> tuple[list[PeerWindow], dict[str
     return peers, judged
 
 
+def _stage(salvage: bool, stage: str, work: Callable[[], T], fallback: Callable[[], T]) -> T:
+    """`work()`; in a salvaged window, `fallback()` when it raises (logged with its traceback)."""
+    if not salvage:
+        return work()
+    try:
+        return work()
+    except Exception:  # the salvaged window's boundary: this stage is given up, the window goes on
+        log.exception("stage_skipped", stage=stage)
+        return fallback()
+
+
 def _check(
     r: Round, window: int, peers: list[PeerWindow], judged: dict[str, Judged], seed: str
-) -> tuple[list[PeerWindow], list[CopyFinding]]:
-    return check_window(
+) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
+    checked, findings = check_window(
         peers, window=window, base=r.model.base, spec=param_spec(r.model.model), cfg=r.cfg.check,
         archive=r.ledger.archive.put, seen_before=lambda digests: r.ledger.seen_before(digests, window),
-        secret_seed=seed, ready=judged,
+        secret_seed=seed, ready=judged, decode=r.judging.decode,
     )  # fmt: skip
+    return checked, findings, clip_reference(checked, r.cfg.check)
+
+
+def _unjudged(peers: list[PeerWindow]) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
+    """The checks' fallback in a salvaged window: nothing unchecked is evaluated or aggregated. The
+    peers keep their status (the failure is the validator's, so nobody is penalised for it)."""
+    detail = "not judged: the window's checks failed"
+    unjudged = [
+        replace(p, update=None, reason=Reason.INTERNAL_ERROR, detail=detail) if p.valid else p for p in peers
+    ]
+    return unjudged, [], {}
 
 
 def _evaluate(
-    r: Round, window: int, peers: list[PeerWindow], held: HeldOut, reference: dict[str, float], started: float
-) -> list[PeerWindow]:
+    r: Round, window: int, peers: list[PeerWindow], seed: str, reference: dict[str, float], started: float
+) -> tuple[HeldOut, list[PeerWindow]]:
     """Evaluate as many peers as the time left in the window affords (all when it allows)."""
+    held = heldout(r.model.model, r.dataset, seed, r.cfg.eval)
     window_s = r.cfg.window.blocks_per_window * BLOCK_SECONDS
     left = window_s - (time.perf_counter() - started)
     budget = min(r.cfg.eval.budget, max(1, int(left / max(r.seconds_per_eval, 1e-3))))
     out = evaluate_window(
         peers, model=r.model.model, dataset=r.dataset, window=window, held=held, reference=reference,
-        ratings=r.ratings, budget=budget, cfg=r.cfg.eval,
+        ratings=r.ratings, budget=budget, cfg=r.cfg.eval, evaluator=r.judging.evaluate,
     )  # fmt: skip
     times = [p.evaluation.timings.total_s for p in out if p.evaluation is not None]
     if times:
         r.seconds_per_eval = 0.5 * r.seconds_per_eval + 0.5 * (sum(times) / len(times))
         for t in times:
             r.metrics.eval_seconds.observe(t)
-    return out
+    return held, out
 
 
 def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> WindowRecord:

@@ -21,6 +21,10 @@ from pydantic_settings import (
 )
 
 DEV_SECRET = "gauntlet-dev-secret-not-for-production"  # noqa: S105 (refused on a real subnet)
+SECRET_FILE_FIELDS = (
+    "validator_secret", "database_url", "redis_url", "archive_access_key_id", "archive_secret_access_key",
+    "selection_access_key_id", "selection_secret_access_key",
+)  # fmt: skip
 
 
 class Settings(BaseSettings):
@@ -36,6 +40,12 @@ class Settings(BaseSettings):
     allow_any_storage_host: bool = False  # a real subnet with no suffixes must say so explicitly
     upload_poll_s: float = Field(default=2.0, gt=0)  # HEAD polls observing uploads (real subnets)
     selection_location: str | None = None  # where the signed selection is published (commitment syntax)
+    # Write credentials of those two buckets, kept out of the URLs (and so out of config files):
+    # GAUNTLET_ARCHIVE_SECRET_ACCESS_KEY or GAUNTLET_ARCHIVE_SECRET_ACCESS_KEY_FILE, and so on.
+    archive_access_key_id: str | None = None
+    archive_secret_access_key: SecretStr | None = None
+    selection_access_key_id: str | None = None
+    selection_secret_access_key: SecretStr | None = None
     metrics_port: int | None = Field(default=9108, ge=1, le=65535)  # Prometheus for `gauntlet run`
 
     # the chain
@@ -107,8 +117,8 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _secret_files(cls, data: Any) -> Any:
-        """`GAUNTLET_VALIDATOR_SECRET_FILE` / `GAUNTLET_DATABASE_URL_FILE` read secrets from files."""
-        for field in ("validator_secret", "database_url"):
+        """`GAUNTLET_<FIELD>_FILE` reads a secret from a file (e.g. a container secret)."""
+        for field in SECRET_FILE_FIELDS:
             path = os.environ.get(f"GAUNTLET_{field.upper()}_FILE")
             if path and isinstance(data, dict):
                 data = {**data, field: Path(path).read_text().strip()}
@@ -125,6 +135,11 @@ class Settings(BaseSettings):
     def _refuse_unsafe(self) -> Settings:
         if self.chain == "subtensor" and self.validator_secret.get_secret_value() == DEV_SECRET:
             raise ValueError("validator_secret: set a real secret before running on a real subnet")
+        for bucket in ("archive", "selection"):
+            if (getattr(self, f"{bucket}_access_key_id") is None) != (
+                getattr(self, f"{bucket}_secret_access_key") is None
+            ):
+                raise ValueError(f"{bucket}_access_key_id and {bucket}_secret_access_key go together")
         if self.chain == "subtensor" and not self.storage_host_suffixes and not self.allow_any_storage_host:
             # any public host means stores run by peers themselves: set the providers you trust
             raise ValueError("storage_host_suffixes: list trusted providers, or set allow_any_storage_host")
@@ -148,7 +163,7 @@ def to_toml(settings: Settings) -> str:
     """A TOML file that `GAUNTLET_CONFIG` can load again (secrets and unset values left out)."""
     lines = []
     for key, value in settings.model_dump(mode="json").items():
-        if value is None or key == "validator_secret":
+        if value is None or isinstance(getattr(settings, key), SecretStr):
             continue
         lines.append(f"{key} = {json.dumps(value)}")  # JSON scalars and string lists are valid TOML
     return "\n".join(lines) + "\n"

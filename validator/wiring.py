@@ -6,8 +6,11 @@ import hashlib
 import json
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+from pydantic import SecretBytes, SecretStr
 
 from scoring.checkpoint import load_checkpoint
 from scoring.data import Dataset
@@ -23,7 +26,7 @@ from storage.archive import ArchiveConfig, BlobStore, LocalBlobStore, ObjectBlob
 from storage.db import make_engine
 from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
 from validator.checking import CheckConfig
-from validator.commitments import LocationPolicy, parse_location
+from validator.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.evaluation import EvalConfig
 from validator.events import LeaderLock, NullEvents, RedisEvents, connect
 from validator.ledger import Ledger
@@ -48,6 +51,8 @@ OPERATIONAL = frozenset({
     "workdir", "database_url", "redis_url", "archive_url", "archive_retention_windows", "selection_location",
     "metrics_port", "api_host", "api_port", "cors_origins", "rate_limit_per_minute", "api_max_commit_age_s",
     "wallet_path", "device", "fetch_deadline_s", "dataset_path", "model_path",  # paths, not contents
+    "archive_access_key_id", "archive_secret_access_key", "selection_access_key_id",
+    "selection_secret_access_key",  # who may write, not what is computed
 })  # fmt: skip
 
 
@@ -73,7 +78,7 @@ def round_config(s: Settings) -> RoundConfig:
             ),
         ),
         window=WindowConfig(s.blocks_per_window),
-        secret=s.validator_secret.get_secret_value().encode(),
+        secret=SecretBytes(s.validator_secret.get_secret_value().encode()),
         outer_lr=s.outer_lr,
         fetch_deadline_s=s.fetch_deadline_s,
         config_digest=config_digest(s),
@@ -97,17 +102,26 @@ def load_model(s: Settings, dataset: Dataset) -> LlamaModel:
     )
 
 
+def bucket(url: str, key_id: str | None, secret: SecretStr | None) -> StorageLocation:
+    """One of the validator's own buckets; credentials from settings (env, `*_FILE`) win over the URL's."""
+    loc = parse_location(url, LocationPolicy.local())
+    if key_id is None or secret is None:
+        return loc
+    return replace(loc, access_key_id=key_id, secret_access_key=secret.get_secret_value())
+
+
 def publisher(s: Settings, signer: Signer | None) -> SelectionPublisher:
     if s.selection_location is None:
         return SelectionPublisher()
-    return SelectionPublisher(parse_location(s.selection_location, LocationPolicy.local()), signer)
+    creds = (s.selection_access_key_id, s.selection_secret_access_key)
+    return SelectionPublisher(bucket(s.selection_location, *creds), signer)
 
 
 def blob_store(s: Settings) -> BlobStore:
     """Archive and checkpoints: a folder under the workdir, or the S3 bucket of `archive_url`."""
     if s.archive_url is None:
         return LocalBlobStore(Path(s.workdir) / "blobs")
-    loc = parse_location(s.archive_url, LocationPolicy.local())
+    loc = bucket(s.archive_url, s.archive_access_key_id, s.archive_secret_access_key)
     if loc.is_file:
         return LocalBlobStore(loc.path)
     return ObjectBlobStore(open_store(loc))

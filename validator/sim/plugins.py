@@ -7,6 +7,7 @@ module-level `BEHAVIOURS` list of objects that follow `validator.sim.context.Beh
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,11 +16,19 @@ from validator.sim.context import Behaviour
 
 
 def load_plugin(path: Path) -> dict[str, Behaviour]:
-    spec = importlib.util.spec_from_file_location(f"gauntlet_plugin_{path.stem}", path)
+    name = f"gauntlet_plugin_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot load plugin {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # registered before it runs, as `import` does: dataclasses resolve string annotations
+    # (`from __future__ import annotations`) through sys.modules[cls.__module__]
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
     found = getattr(module, "BEHAVIOURS", None)
     if not isinstance(found, list | tuple) or not found:
         raise ValueError(f"{path} must define a non-empty BEHAVIOURS list")

@@ -1,0 +1,218 @@
+"""One peer cannot stop a window: judging each peer is isolated, a window that keeps failing is
+committed salvaged, logs carry tracebacks but never the validator's secret, and empty updates
+cannot capture the clip reference. Faults are injected through the round's `Judging` seam."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import io
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import structlog
+import torch
+from rich.console import Console
+from rich.traceback import Traceback
+
+from scoring.clipping import median_norms
+from scoring.decoder import Expected, decode_submission
+from scoring.encoder import compress, pack_tensors
+from scoring.loss_score import Batches, LossScoreConfig, PeerEval, PeerJob, evaluate_peers
+from scoring.model import LlamaModel
+from scoring.signing import dev_keypair
+from scoring.types import DecodeResult, ParamSpec, Reason
+from scoring.wire import CodecConfig
+from tests.e2e_fixtures import clear_gauntlet_env
+from tests.hostile_fixtures import HostilePeer, resign
+from validator.commitments import StorageLocation
+from validator.demo import DemoConfig, DemoRunner
+from validator.global_model import GlobalModel
+from validator.logs import configure_logging
+from validator.objstore import object_key, publish
+from validator.round import Judging, Round, run_window
+from validator.service import serve
+from validator.sim.plugins import parse_peers
+
+CANARY = "canary-7f3e9d1c-validator-secret"
+
+
+Logs = Callable[[], list[dict[str, Any]]]
+
+
+@pytest.fixture
+def json_logs() -> Iterator[Logs]:
+    """The service's JSON log configuration, into a buffer; yields a reader of its lines."""
+    stream = io.StringIO()
+    configure_logging(stream=stream)
+
+    def lines() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+    try:
+        yield lines
+    finally:
+        structlog.reset_defaults()
+
+
+def _runner(tmp_path: Path, peers: str, monkeypatch: pytest.MonkeyPatch) -> DemoRunner:
+    clear_gauntlet_env()
+    monkeypatch.setenv("GAUNTLET_VALIDATOR_SECRET", CANARY)
+    cfg = DemoConfig(parse_peers(peers), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
+    return DemoRunner(cfg)
+
+
+def _raising_decoder(bad: str):  # type: ignore[no-untyped-def]
+    def decode(data: bytes, spec: ParamSpec, expect: Expected, codec: CodecConfig) -> DecodeResult:
+        if expect.hotkey == bad:
+            raise OverflowError("a shape this decoder cannot multiply")
+        return decode_submission(data, spec, expect, codec)
+
+    return decode
+
+
+def _raising_evaluator(bad: set[int] | None):  # type: ignore[no-untyped-def]
+    """`evaluate_peers`, raising whenever a job of a `bad` uid is in the batch (None: always)."""
+
+    def evaluate(
+        model: LlamaModel,
+        jobs: Sequence[PeerJob],
+        heldout: Batches,
+        *,
+        reference: Mapping[str, float],
+        cfg: LossScoreConfig,
+        loss_before: float | None = None,
+    ) -> list[PeerEval]:
+        if bad is None or any(j.uid in bad for j in jobs):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, loss_before=loss_before)
+
+    return evaluate
+
+
+def test_a_peer_whose_decoding_or_evaluation_raises_is_internal_error_and_the_window_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_logs: Logs
+) -> None:
+    runner = _runner(tmp_path, "honest:3", monkeypatch)
+    a, b, c = runner.network.peers[:3]
+    runner.round.judging = Judging(decode=_raising_decoder(a.hotkey), evaluate=_raising_evaluator({b.uid}))
+    runner.publish(1)
+    report = runner.validate(1)
+    by = {p.hotkey: p for p in report.peers}
+    assert (by[a.hotkey].status, by[a.hotkey].reason) == ("invalid", Reason.INTERNAL_ERROR)
+    assert (by[b.hotkey].status, by[b.hotkey].reason) == ("invalid", Reason.INTERNAL_ERROR)
+    assert by[a.hotkey].detail == "decode raised OverflowError"  # the type only: messages stay in the log
+    assert by[c.hotkey].status == "ok" and by[c.hotkey].evaluation is not None
+    stored = runner.round.ledger.window_detail(1)
+    assert stored is not None
+    assert {s.hotkey: s.reason for s in stored.submissions}[a.hotkey] == Reason.INTERNAL_ERROR
+    assert [e.hotkey for e in stored.evaluations] == [c.hotkey]
+    failed = [r for r in json_logs() if r["event"] == "peer_judging_failed"]
+    assert {(r["stage"], r["hotkey"]) for r in failed} == {("decode", a.hotkey), ("evaluate", b.hotkey)}
+    excs = {r["stage"]: r["exception"][0] for r in failed}
+    assert excs["decode"]["exc_type"] == "OverflowError" and "cannot multiply" in excs["decode"]["exc_value"]
+    assert excs["evaluate"]["frames"]  # the traceback, frame by frame
+    runner.round.ledger.engine.dispose()
+
+
+def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_logs: Logs
+) -> None:
+    runner = _runner(tmp_path, "honest:2", monkeypatch)
+    faulty = Judging(evaluate=_raising_evaluator(None))  # every evaluation of every peer raises
+    metrics = runner.round.metrics
+
+    def connect(old: Round) -> Round:
+        runner.round = runner.connect()
+        runner.round.judging, runner.round.metrics = faulty, metrics
+        return runner.round
+
+    runner.round = connect(runner.round)
+    runner.publish(1)
+    with pytest.raises(RuntimeError, match="evaluation failed for all 2 peers") as failure:
+        run_window(runner.round, 1)  # failing everybody is the validator's fault: the window fails
+    # the worst traceback an operator could print: rich, with every frame's local variables
+    console = Console(record=True, width=200, file=io.StringIO())
+    console.print(Traceback.from_exception(failure.type, failure.value, failure.tb, show_locals=True))
+    rendered = console.export_text()
+    assert "run_window" in rendered and CANARY not in rendered
+    assert CANARY not in repr(runner.round) and CANARY not in repr(runner.round.cfg)
+
+    stop = threading.Event()
+    done = serve(
+        runner.round, stop=stop, reconnect=connect, put_window_s=70.0, grace_s=5.0, max_windows=1,
+        retry_s=0.0, salvage_after=2,
+    )  # fmt: skip
+    assert done == 1 and runner.round.ledger.window_state(1) == "committed"
+    assert metrics.registry.get_sample_value("gauntlet_windows_salvaged_total") == 1
+    assert metrics.registry.get_sample_value("gauntlet_window_failures_total") == 2
+    stored = runner.round.ledger.window_detail(1)
+    assert (
+        stored is not None and not stored.evaluations and [s.status for s in stored.submissions] == ["ok"] * 2
+    )
+    logs = json_logs()
+    events = [r["event"] for r in logs]
+    assert events.count("round_failed") == 2 and "window_salvaged" in events and "stage_skipped" in events
+    failed = next(r for r in logs if r["event"] == "round_failed")
+    assert failed["exception"][0]["exc_type"] == "RuntimeError"
+    assert CANARY not in json.dumps(logs)
+    runner.round.ledger.engine.dispose()
+
+
+def _zero_sybils(runner: DemoRunner, n: int, window: int) -> list[str]:
+    """`n` registered peers that each publish a valid, signed update whose values are all zero (each
+    keeps different coordinates, so no two files are duplicates of each other)."""
+    model = runner.round.model.model
+    put_start = runner.chain.block_timestamp(runner.round.cfg.window.first_block(window + 1))
+    first = max(nn.uid for nn in runner.chain.neurons()) + 1
+    hotkeys = []
+    for i in range(n):
+        path = (runner.cfg.workdir / "stores" / f"zero-{i}").resolve()
+        peer = HostilePeer(
+            first + i, dev_keypair(f"//zero-{i}"), "zero", StorageLocation("file", path=str(path))
+        )
+        runner.chain.register(peer.hotkey, uid=peer.uid)
+        runner.chain.commit(peer.hotkey, peer.location.to_commitment())
+        g = torch.Generator().manual_seed(i)
+        delta = {k: torch.randn(v.shape, generator=g) for k, v in model.named_parameters()}
+        tensors = pack_tensors(compress(delta, None, CodecConfig()))
+        zeros = {k: np.zeros(4, np.float32) if k.endswith(".lut") else v for k, v in tensors.items()}
+        data = resign(peer, window, runner.round.model.base, zeros)
+        asyncio.run(publish(peer.location, object_key(window, peer.hotkey), data, mtime=put_start + 5.0))
+        hotkeys.append(peer.hotkey)
+    return hotkeys
+
+
+def test_a_majority_of_zero_sybils_cannot_stop_honest_updates_moving_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three empty updates against two honest ones: the window's clip reference, applied through the
+    aggregation the round runs, still lets the honest updates move the model."""
+    runner = _runner(tmp_path, "honest:2", monkeypatch)
+    runner.publish(1)  # the two honest peers train and upload
+    sybils = _zero_sybils(runner, 3, 1)
+    start = copy.deepcopy(runner.round.model.model)  # the model the window is scored against
+    report = runner.validate(1)
+    stored = runner.round.ledger.window_detail(1)
+    assert stored is not None
+    honest = [p.update for p in report.peers if p.hotkey not in sybils and p.update is not None]
+    assert len(honest) == 2
+    before = {n: p.detach().clone() for n, p in start.named_parameters()}
+    aggregated = GlobalModel(start, runner.round.model.base, 1)
+    aggregated.advance([u.params for u in honest], [u.digest for u in honest], stored.clip_reference, 1.0)
+    moved = sum(float((p.detach() - before[n]).norm()) for n, p in start.named_parameters())
+    assert moved > 1e-3  # with the zeros counted, the clip reference was 0 and nothing moved
+    assert min(stored.clip_reference.values()) > 0.0
+    assert {p.reason for p in report.peers if p.hotkey in sybils} == {Reason.ZERO_UPDATE}
+    runner.round.ledger.engine.dispose()
+
+
+def test_empty_norms_are_left_out_of_the_clip_reference() -> None:
+    norms = [{"a": 0.0, "b": 1.0}, {"a": 0.0, "b": 2.0}, {"a": 0.0, "b": 3.0}, {"a": 1.0, "b": 0.0}]
+    assert median_norms([*norms, {"a": 3.0, "b": 0.0}]) == {"a": 2.0, "b": 2.0}
+    assert median_norms([{"a": 0.0}, {"a": 1e-13}], floor=1e-12) == {"a": 0.0}  # nobody updated it
