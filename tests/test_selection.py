@@ -66,13 +66,15 @@ def test_unproven_unevaluated_and_failing_peers_are_left_out() -> None:
     peers = [
         cand("honest"),
         cand("warming_up", final=9.0, proven=False),  # positive final, no proof yet: the warm-up leak
-        cand("minus_one", indicator=-1),
         cand("not_evaluated", gain=None, indicator=None),
         cand("harmful", gain=-0.001),
         cand("banned", banned=True),
         cand("losing", neg_streak=3),
     ]
     assert select_aggregation(peers).gather == ("honest",)
+    minus_one = [cand("a"), cand("b", indicator=-1)]  # proven, but no proof this window
+    assert select_aggregation(minus_one).gather == ("a", "b")
+    assert select_aggregation(minus_one, SelectionConfig(require_indicator=True)).gather == ("a",)
 
 
 def test_weak_positive_peers_below_the_floor_do_not_dilute() -> None:
