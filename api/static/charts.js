@@ -23,8 +23,8 @@ function size(svg) {
   return { width: box.width, height: box.height };
 }
 
-function extent(values, fromZero = false) {
-  let min = fromZero ? 0 : Math.min(...values);
+function extent(values) {
+  let min = Math.min(...values);
   let max = Math.max(...values);
   if (min === max) { min -= 1; max += 1; }
   return { min, max };
@@ -39,19 +39,20 @@ export function message(svg, text) {
   svg.replaceChildren(svgEl("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty" }, text));
 }
 
-function xAxis(svg, xs, xAt) {
+// Labels name the first and last window drawn (not the padded extent of a single point).
+function xAxis(svg, windows, xAt) {
   const { width, height } = size(svg);
   svg.appendChild(svgEl("line", { class: "axis", x1: PAD.left, y1: height - PAD.bottom, x2: width - PAD.right, y2: height - PAD.bottom }));
-  for (const w of [...new Set([xs.min, xs.max])]) {
+  for (const w of new Set([windows[0], windows[windows.length - 1]])) {
     svg.appendChild(svgEl("text", { x: xAt(w), y: height - 10, "text-anchor": "middle" }, `w${Math.round(w)}`));
   }
 }
 
-function yLabels(svg, ys, yAt, side) {
+function yLabels(svg, values, yAt, side) {
   const { width } = size(svg);
   const x = side === "left" ? PAD.left - 6 : width - PAD.right + 6;
   const anchor = side === "left" ? "end" : "start";
-  for (const v of [ys.min, ys.max]) {
+  for (const v of new Set([Math.min(...values), Math.max(...values)])) {
     svg.appendChild(svgEl("text", { x, y: yAt(v) + 4, "text-anchor": anchor }, fmt(v, 2)));
   }
 }
@@ -64,13 +65,13 @@ export function lines(svg, windows, series, empty = "no data yet") {
   const { width, height } = size(svg);
   const xs = extent(windows);
   const xAt = linear(xs, PAD.left, width - PAD.right);
-  xAxis(svg, xs, xAt);
+  xAxis(svg, windows, xAt);
   for (const s of series) {
     const points = windows.map((w, i) => [w, s.values[i]]).filter(([, v]) => v !== null && v !== undefined);
     if (points.length === 0) continue;
     const ys = extent(points.map(([, v]) => v));
     const yAt = linear(ys, height - PAD.bottom, PAD.top);
-    yLabels(svg, ys, yAt, s.side ?? "left");
+    yLabels(svg, points.map(([, v]) => v), yAt, s.side ?? "left");
     const d = points.map(([w, v], i) => `${i === 0 ? "M" : "L"}${xAt(w).toFixed(1)},${yAt(v).toFixed(1)}`);
     svg.appendChild(svgEl("path", { class: `series ${s.name}`, d: d.join(" ") }));
     for (const [w, v] of points) {
@@ -93,10 +94,9 @@ export function stacked(svg, windows, rows, colours = {}, empty = "no data yet")
   const yAt = linear(ys, height - PAD.bottom, PAD.top);
   const slot = (width - PAD.left - PAD.right) / windows.length;
   const barWidth = Math.max(1, Math.min(40, slot * 0.7));
-  const xs = { min: windows[0], max: windows[windows.length - 1] };
   const xAt = (w) => PAD.left + slot * (windows.indexOf(w) + 0.5);
-  xAxis(svg, xs, xAt);
-  yLabels(svg, ys, yAt, "left");
+  xAxis(svg, windows, xAt);
+  yLabels(svg, [0, ys.max], yAt, "left");
   windows.forEach((w, i) => {
     let base = 0;
     for (const key of keys) {
