@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_flags_are_shown_without_a_type(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_unknown_command_and_bad_option(capsys: pytest.CaptureFixture[str]) -> None:
-    assert_one_line(call(["nosuch"], capsys), 1, "nosuch", "gauntlet --help")
+    assert_one_line(call(["nosuch"], capsys), 1, "nosuch", "(see 'gauntlet --help')")
     assert_one_line(call(["demo", "--windows", "0"], capsys), 1, "--windows")
 
 
@@ -102,3 +103,28 @@ def test_run_with_a_missing_model_checkpoint(
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text('{"hidden_size": 8}')
     assert_one_line(call(["run", "--windows", "1"], capsys), 1, "cannot load the checkpoint", "KeyError")
+
+
+def test_invalid_configuration_is_one_line_naming_each_field(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.setenv("GAUNTLET_NETUID", "-1")
+    clean_env.setenv("GAUNTLET_SEQ_LEN", "many")
+    assert_one_line(call(["config", "show"], capsys), 1, "invalid configuration", "netuid", "seq_len")
+    clean_env.delenv("GAUNTLET_NETUID")
+    clean_env.delenv("GAUNTLET_SEQ_LEN")
+    clean_env.setenv("GAUNTLET_CONFIG", str(tmp_path / "absent.toml"))
+    assert_one_line(call(["config", "show"], capsys), 1, "GAUNTLET_CONFIG", "absent.toml")
+
+
+def test_db_downgrade_rolls_back_and_refuses_an_unknown_revision(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.setenv("GAUNTLET_DATABASE_URL", f"sqlite:///{tmp_path / 'v.db'}")
+    assert call(["db", "upgrade"], capsys).code == 0
+    down = call(["db", "downgrade", "--", "-1"], capsys)  # "--": -1 is a revision, not an option
+    assert down.code == 0, down.err
+    revision = json.loads(down.out)["revision"]
+    assert revision != migrate.head()
+    assert_one_line(call(["db", "downgrade", "bogusrev"], capsys), 1, "'bogusrev'")
+    assert json.loads(call(["db", "upgrade"], capsys).out)["revision"] == migrate.head()

@@ -77,7 +77,7 @@ def _one_line(e: ClickException) -> str:
 def main() -> None:
     """Console entry point. Usage errors exit 1 (2 is reserved for rejected submissions)."""
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="gauntlet")
     except ClickException as e:
         typer.echo(_one_line(e), err=True)
         sys.exit(1)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from alembic.util.exc import CommandError
 from prometheus_client import start_http_server
+from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from scoring.signing import Signer, dev_keypair
@@ -40,9 +41,11 @@ def load_settings() -> Settings:
     """Settings from the environment and GAUNTLET_CONFIG; a bad value names its field and exits 1."""
     try:
         return Settings()
-    except ValueError as e:  # pydantic's ValidationError included: it names the field
-        typer.echo(f"invalid configuration:\n{e}", err=True)
-        raise typer.Exit(1) from None
+    except ValidationError as e:  # each problem names its field; the values (maybe secrets) stay out
+        problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or 'settings'}: {p['msg']}" for p in e.errors())
+        fail(f"invalid configuration: {problems}")
+    except ValueError as e:
+        fail(f"invalid configuration: {e}")
 
 
 @db_app.command("upgrade")
@@ -61,7 +64,9 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. -1")]) -> None:
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision (one step back: `-- -1`)")],
+) -> None:
     """Roll the schema back (take a backup first: a downgrade can drop columns)."""
     s = load_settings()
     require_database(s)
