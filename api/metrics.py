@@ -35,6 +35,11 @@ class ApiMetrics:
         self.events = Counter(
             "gauntlet_api_events", "Events relayed from Redis by type", ["type"], registry=self.registry
         )
+        self.streams_refused = Counter(
+            "gauntlet_api_streams_refused",
+            "/v1/events streams refused with 503 (too many in all or from one client)",
+            registry=self.registry,
+        )
         self.sse_clients = Gauge(
             "gauntlet_api_sse_clients", "Connected /v1/events clients", registry=self.registry
         )

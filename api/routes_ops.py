@@ -145,6 +145,7 @@ async def metrics(state: StateDep) -> Response:
 async def events(request: Request, state: StateDep) -> StreamingResponse:
     client = client_address(request)
     if not state.streams.acquire(client):
+        state.metrics.streams_refused.inc()
         raise ApiError(
             503, "too_many_streams", "too many open event streams", {"Retry-After": str(STREAM_RETRY_S)}
         )

@@ -57,6 +57,9 @@ def test_event_streams_are_capped_per_client_and_in_all(pg_db: SeededDb) -> None
             assert third.read() and third.json()["error"]["code"] == "too_many_streams"
             assert _open_stream(stack, client, "10.0.0.2").status_code == 200
             assert _open_stream(stack, client, "10.0.0.3").status_code == 503  # 3 open in all
+            metrics = client.get("/metrics").text
+            assert "gauntlet_api_streams_refused_total 2.0" in metrics
+            assert "gauntlet_api_sse_clients 3.0" in metrics
         _eventually_opens(client, "10.0.0.1")
         with ExitStack() as stack:  # every slot came back
             assert [_open_stream(stack, client, f"10.0.1.{i}").status_code for i in range(3)] == [200] * 3
