@@ -14,7 +14,7 @@ from scoring.decoder import Expected, decode_submission
 from scoring.model import param_spec
 from scoring.signing import sign_hex
 from scoring.train import train_inner
-from scoring.wire import FORMAT, payload_digest, signed_message
+from scoring.wire import FORMAT_V2, payload_digest, signed_message
 from validator.sim.context import PeerContext
 
 HONEST_DELAY_S = 5.0
@@ -23,11 +23,14 @@ Dense = dict[str, torch.Tensor]
 
 
 def resign(ctx: PeerContext, tensors: Mapping[str, np.ndarray]) -> bytes:
+    """Sign `tensors` as this peer's; they come from `ctx.encode`'s files, which are `gauntlet/2`."""
     digest = payload_digest(tensors)
     meta = {
-        "format": FORMAT, "window": str(ctx.window), "uid": str(ctx.uid), "hotkey": ctx.hotkey,
+        "format": FORMAT_V2, "window": str(ctx.window), "uid": str(ctx.uid), "hotkey": ctx.hotkey,
         "base": ctx.base, "chunk": str(ctx.tools.codec.chunk), "topk": str(ctx.tools.codec.topk),
-        "signature": sign_hex(ctx.signer, signed_message(ctx.window, ctx.uid, ctx.hotkey, ctx.base, digest)),
+        "signature": sign_hex(
+            ctx.signer, signed_message(ctx.window, ctx.uid, ctx.hotkey, ctx.base, digest, FORMAT_V2)
+        ),
     }  # fmt: skip
     return safetensors.numpy.save(dict(tensors), metadata=meta)
 
