@@ -122,3 +122,16 @@ def test_heads_go_out_in_the_seeded_order(store: FakeS3) -> None:
     # every HEAD is queued before any GET: with one slot, the first GET follows the last HEAD
     kinds = [m for m, _, _ in store.log]
     assert kinds[:12] == ["HEAD"] * 12
+
+
+def test_absent_objects_give_their_connection_back(store: FakeS3) -> None:
+    """404s on one store, more than the pool holds, then present objects: nobody waits on the pool."""
+    config = FetchConfig(concurrency=2, head_timeout_s=1.0, allow_private_hosts=True)
+    requests = [request(f"absent{i}", store.port) for i in range(6)] + [
+        honest(store, f"here{i}") for i in range(2)
+    ]
+    started = time.monotonic()
+    results = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=5.0))
+    assert [r.reason for r in results[:6]] == [Reason.MISSING] * 6
+    assert [r.status for r in results[6:]] == [FetchStatus.OK] * 2
+    assert time.monotonic() - started < 1.0

@@ -1,10 +1,10 @@
 """Peer object stores: S3-compatible buckets (R2, SeaweedFS, ...) or a local folder.
 
 Writing (simulated peers, the archive) goes through obstore. Fetching a window's submissions:
-every peer's HEAD first, in an order shuffled with the window's secret seed, each under a short
-timeout (size, etag, upload time judged against the put window from the validator's own
-observations); then the GETs, each pinned to the etag seen, under a per-peer time budget and a
-floor rate, never retried after a timeout; all under the window deadline. A peer the deadline
+every peer's HEAD is queued first, in an order shuffled with the window's secret seed, each under
+a short timeout (size, etag, upload time judged against the put window from the validator's own
+observations); each GET queues behind them, pinned to the etag seen, under a per-peer time budget
+and a floor rate, never retried after a timeout; all under the window deadline. A peer the deadline
 left untouched is `missing`/`not_attempted` (not its fault, not penalised). Every outcome is a
 `FetchResult`; a peer's broken store is a recorded status, never an exception.
 """
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 __all__ = [
-    "FetchConfig", "FetchRequest", "FetchResult", "FetchStatus", "Fetcher", "classify", "object_key",
-    "open_store", "publish",
+    "FetchConfig", "FetchRequest", "FetchResult", "FetchStatus", "Fetcher", "classify", "fetch_order",
+    "object_key", "open_store", "publish",
 ]  # fmt: skip
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import obstore as obs
 import structlog
 from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+from obstore.store import S3Store
 
 from scoring.types import Reason
 from validator.fetch_types import FetchConfig, FetchRequest, FetchResult, FetchStatus, classify, put_end
@@ -26,7 +28,7 @@ from validator.sightings import Sightings
 
 if TYPE_CHECKING:
     from obstore import GetOptions
-    from obstore.store import ObjectStore, S3Store
+    from obstore.store import ObjectStore
 
 log = structlog.get_logger(__name__)
 
@@ -157,12 +159,11 @@ async def read_stream(response: Any, size: int, chunk_bytes: int = 8 << 20) -> b
     return complete(buffer, size)
 
 
-async def _retrying(attempt: Any, config: FetchConfig) -> ObjectHead:
+async def _retrying(attempt: Callable[[], Awaitable[ObjectHead]], config: FetchConfig) -> ObjectHead:
     """Fast transient failures (refused connection, 5xx) get `retries` more attempts; timeouts none."""
     for n in range(config.retries + 1):
         try:
-            head: ObjectHead = await attempt()
-            return head
+            return await attempt()
         except (StoreError, BaseError, OSError) as error:
             if n == config.retries or not _transient(error):
                 raise
@@ -198,8 +199,6 @@ def _final(seen: FetchResult, status: str, reason: str, detail: str) -> FetchRes
 
 
 def _s3(store: ObjectStore) -> S3Store:
-    from obstore.store import S3Store
-
     if not isinstance(store, S3Store):
         raise TypeError("an S3 location needs an S3 store")
     return store

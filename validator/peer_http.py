@@ -141,7 +141,11 @@ class _Exchange:
             raise StoreError(
                 Reason.FETCH_FAILED, f"{type(error).__name__}: {error}", transient=True
             ) from None
-        _check_status(self.response)
+        try:
+            _check_status(self.response)
+        except BaseException:
+            await self.response.aclose()  # __aexit__ will not run: give the connection back now
+            raise
         return self.response
 
     async def __aexit__(self, *exc: object) -> None:

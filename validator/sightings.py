@@ -72,7 +72,8 @@ class Poller:
         self.sightings = Sightings()
         self._probe, self._requests, self._limits = probe, list(requests), limits
         self._start_at, self._stop_at, self._interval = start_at, stop_at, interval_s
-        self._timeout, self._clock = min(head_timeout_s, interval_s), clock
+        # a slow answer stretches the cycle (and so the resolution) instead of being thrown away
+        self._timeout, self._clock = head_timeout_s, clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gauntlet-poller", daemon=True)
 
