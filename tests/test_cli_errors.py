@@ -128,3 +128,18 @@ def test_db_downgrade_rolls_back_and_refuses_an_unknown_revision(
     assert revision != migrate.head()
     assert_one_line(call(["db", "downgrade", "bogusrev"], capsys), 1, "'bogusrev'")
     assert json.loads(call(["db", "upgrade"], capsys).out)["revision"] == migrate.head()
+
+
+def test_replay_without_configuration_or_window(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scoring.corpus import generate_corpus
+
+    clean_env.chdir(tmp_path)
+    assert_one_line(call(["replay", "3"], capsys), 1, "no database at")
+    assert list(tmp_path.iterdir()) == []
+    generate_corpus(tmp_path / "corpus", seed=0, n_tokens=20_000, shard_tokens=10_000)
+    clean_env.setenv("GAUNTLET_DATASET_PATH", str(tmp_path / "corpus"))
+    clean_env.setenv("GAUNTLET_DATABASE_URL", f"sqlite:///{tmp_path / 'v.db'}")
+    assert call(["db", "upgrade"], capsys).code == 0
+    assert_one_line(call(["replay", "3"], capsys), 1, "window 3 is not committed")

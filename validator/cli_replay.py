@@ -6,9 +6,10 @@ import json
 from typing import Annotated, Any
 
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 
-from scoring.data import Dataset
-from validator.cli_ops import load_settings
+from validator.cli_common import check_model_path, db_error, fail, open_dataset
+from validator.cli_ops import load_settings, require_database
 from validator.replay import FIELDS, ReplayRow, replay_window
 from validator.wiring import load_model, open_ledger, round_config
 
@@ -38,18 +39,18 @@ def replay(
 ) -> int:
     """Recompute a committed window from stored inputs and show any difference."""
     s = load_settings()
-    if s.dataset_path is None:
-        typer.echo("GAUNTLET_DATASET_PATH is required to redraw the evaluation pages", err=True)
-        raise typer.Exit(1)
-    dataset = Dataset.open(s.dataset_path, seq_len=s.seq_len)
+    require_database(s)
+    dataset = open_dataset(s)  # the evaluation pages are redrawn from it
+    check_model_path(s)
     try:
         rows = replay_window(
             window, ledger=open_ledger(s, migrate_to_head=False), model=load_model(s, dataset),
             dataset=dataset, cfg=round_config(s),
         )  # fmt: skip
+    except SQLAlchemyError as e:
+        fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
     except (LookupError, ValueError) as e:  # not committed, not at head, or a base that does not rebuild
-        typer.echo(str(e), err=True)
-        raise typer.Exit(1) from None
+        fail(str(e))
     differing = [r for r in rows if r.differences(tolerance)]
     if as_json:
         out = [{"hotkey": r.hotkey, "uid": r.uid, "stored": r.stored, "recomputed": r.recomputed,
