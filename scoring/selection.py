@@ -29,7 +29,7 @@ class SelectionConfig:
     reserve_peers: int = 10
     max_negative_streak: int = 3  # excluded at this many consecutive negative scores
     require_positive: bool = False  # False lets a cold start (all scores 0) still train
-    gain_floor: float = 0.5  # of the median gain of the window's admissible peers
+    gain_floor: float = 0.25  # of the median gain of the window's admissible peers
     # True: the update must also prove training this window; honest peers score -1 in ~20 % of the
     # demo's windows, so requiring it dropped proven honest work (measured with bench_fidelity)
     require_indicator: bool = False

@@ -69,10 +69,10 @@ def test_proof_of_training_needs_plus_ones_and_an_own_data_margin() -> None:
         )
 
     assert not proven(peer(0, 0), CFG) and not proven(peer(2, 2), CFG)  # three evaluations at least
-    assert proven(peer(3, 3), CFG)  # Wilson bound (z = 1) 0.75
-    assert not proven(peer(3, 2), CFG)  # 0.386 < 0.4
-    assert proven(peer(4, 3), CFG) and proven(peer(6, 4), CFG)  # honest peers miss now and then
-    assert not proven(peer(6, 3), CFG) and not proven(peer(8, 4), CFG)  # a coin flip does not prove
+    assert proven(peer(3, 3), CFG) and proven(peer(3, 2), CFG)  # Wilson bounds (z = 1) 0.75, 0.386
+    assert proven(peer(5, 3), CFG) and proven(peer(6, 4), CFG)  # honest peers miss now and then
+    assert not proven(peer(5, 2), CFG) and not proven(peer(8, 3), CFG)  # mostly -1: 0.216, 0.227
+    assert not proven(peer(6, 3, margin=0.01), CFG)  # a coin flip has no own-data margin
     assert not proven(peer(6, 6, margin=0.01), CFG)  # +1s without an own-data margin prove nothing
     state = RatingState()
     for w, (indicator, own) in enumerate(((1, 0.012), (-1, 0.009), (1, 0.02))):
