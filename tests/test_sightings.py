@@ -103,3 +103,4 @@ def test_polls_run_only_beside_a_real_chain(clean_env: pytest.MonkeyPatch) -> No
     real = Settings(chain="subtensor", validator_secret=SecretStr("s" * 40), allow_any_storage_host=True)
     remote = fetch_config(real, 1000, LocationPolicy())
     assert (remote.poll_interval_s, remote.allow_private_hosts, remote.window_s) == (2.0, False, 115 * 12.0)
+    assert remote.peer_budget_s == 30.0 and local.peer_budget_s < Settings(chain="local").fetch_deadline_s
