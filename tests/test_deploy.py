@@ -1,7 +1,7 @@
 """The deployment files: compose, systemd units, Dockerfile and sample configuration stay coherent.
 
-No container engine runs here, so these are static checks plus the real `Settings` class and the real
-`gauntlet config show` command against the sample configuration.
+Static checks plus the real `Settings` class and the real `gauntlet config show` command against the
+sample configuration; tests/test_image.py builds and runs the image, deploy/stack-check.sh the stack.
 """
 
 from __future__ import annotations
@@ -24,20 +24,27 @@ from validator.settings import Settings
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 EXAMPLE_TOML = DEPLOY / "gauntlet.example.toml"
 UNITS = ("gauntlet-migrate", "gauntlet-validator", "gauntlet-api")
-# GAUNTLET_ variables that are not fields: the TOML path and the secret file.
-NON_FIELD_VARS = {"GAUNTLET_CONFIG", "GAUNTLET_VALIDATOR_SECRET_FILE"}
+# GAUNTLET_ variables that are not fields: the TOML path (`GAUNTLET_<FIELD>_FILE` is checked apart).
+NON_FIELD_VARS = {"GAUNTLET_CONFIG"}
 # Fields the sample leaves commented out: TOML has no null and these default to None, or (the
-# local chain's dev key) mean nothing on a real subnet.
+# local chain's dev key) mean nothing on a real subnet. Secrets never appear in it at all.
 COMMENTED_FIELDS = {
     "archive_url", "model_path", "burn_uid", "selection_location", "api_max_commit_age_s",
     "local_validator_uri",
 }  # fmt: skip
+# Credentials come from the environment or `*_FILE` files, never from the TOML file (0640).
+CREDENTIAL_FIELDS = {
+    name for name, field in Settings.model_fields.items()
+    if "SecretStr" in str(field.annotation) or name.endswith("_access_key_id")
+}  # fmt: skip
+# `scheme://user:password@host`: credentials inside a URL.
+URL_CREDENTIALS = re.compile(r"://[^/@\s\"]+:[^/@\s\"]+@")
 SECRET = "test-secret-7f3a9c"
 
 
-def _compose() -> dict[str, Any]:
+def _compose(name: str = "compose.yaml") -> dict[str, Any]:
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (it comes with the test extra)")
-    data = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    data = yaml.safe_load((DEPLOY / name).read_text())
     assert isinstance(data, dict)
     return data
 
@@ -52,7 +59,8 @@ def _unit(name: str) -> configparser.ConfigParser:
 def _setting_vars(names: list[str]) -> set[str]:
     """The GAUNTLET_ names that are neither a Settings field nor a known non-field variable."""
     fields = {f"GAUNTLET_{f.upper()}" for f in Settings.model_fields}
-    return {n for n in names if n.startswith("GAUNTLET_")} - fields - NON_FIELD_VARS
+    files = {f"{name}_FILE" for name in fields}  # a secret read from a file
+    return {n for n in names if n.startswith("GAUNTLET_")} - fields - files - NON_FIELD_VARS
 
 
 @pytest.fixture
@@ -84,7 +92,7 @@ def test_compose_orders_migrations_before_the_validator_and_api() -> None:
 def test_compose_binds_no_host_port_on_every_interface() -> None:
     services = _compose()["services"]
     published = [(name, str(p)) for name, svc in services.items() for p in svc.get("ports", [])]
-    assert published == [("api", "127.0.0.1:8000:8000")]
+    assert published == [("api", "127.0.0.1:${API_PORT:-8000}:8000")]
     for name, port in published:
         assert port.startswith(("127.0.0.1:", "[::1]:")), f"{name} publishes {port} on all interfaces"
 
@@ -104,6 +112,7 @@ def test_compose_keeps_secrets_and_roles_apart() -> None:
 
 def test_deploy_files_name_only_real_settings() -> None:
     names = [k for svc in _compose()["services"].values() for k in svc.get("environment", {})]
+    names += list(_compose("compose.localnet.yaml")["services"]["validator"]["environment"])
     env_lines = (DEPLOY / "env.example").read_text().splitlines()
     names += [m.group(1) for line in env_lines if (m := re.match(r"#?\s*(GAUNTLET_\w+)=", line))]
     for unit in UNITS:
@@ -127,9 +136,11 @@ def test_example_toml_loads_through_settings_and_round_trips(clean_env: pytest.M
 def test_example_toml_covers_every_field() -> None:
     text = EXAMPLE_TOML.read_text()
     written = set(tomllib.loads(text))
-    missing = set(Settings.model_fields) - written - {"validator_secret"}
-    assert missing == COMMENTED_FIELDS
-    for field in COMMENTED_FIELDS:
+    missing = set(Settings.model_fields) - written - CREDENTIAL_FIELDS
+    commented = COMMENTED_FIELDS & set(Settings.model_fields)
+    assert missing == commented
+    assert not CREDENTIAL_FIELDS & written
+    for field in commented:
         assert re.search(rf"^# {field} = ", text, re.MULTILINE), field
 
 
@@ -199,3 +210,55 @@ def test_config_show_names_an_invalid_field_and_exits_1(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "netuid" in done.stderr
     assert SECRET not in done.stdout + done.stderr
+
+
+def test_compose_rotates_every_services_logs() -> None:
+    for name, svc in _compose()["services"].items():
+        assert svc["logging"]["options"]["max-size"], name
+
+
+def test_compose_keeps_public_images_as_defaults_and_lets_local_ones_in() -> None:
+    services = _compose()["services"]
+    assert services["postgres"]["image"] == "${POSTGRES_IMAGE:-postgres:17-bookworm}"
+    assert services["redis"]["image"] == "${REDIS_IMAGE:-redis:7-bookworm}"
+    for name in ("migrate", "api"):
+        assert services[name]["build"]["args"]["BASE_IMAGE"] == "${BASE_IMAGE:-python:3.11-slim-bookworm}"
+    assert re.search(
+        r"^ARG BASE_IMAGE=python:\$\{PYTHON_VERSION\}-slim-bookworm$", _dockerfile(), re.MULTILINE
+    )
+
+
+def test_example_configs_set_trusted_storage_hosts() -> None:
+    validator = _compose()["services"]["validator"]["environment"]
+    assert '".r2.cloudflarestorage.com"' in validator["GAUNTLET_STORAGE_HOST_SUFFIXES"]
+    assert tomllib.loads(EXAMPLE_TOML.read_text())["storage_host_suffixes"]
+    assert re.search(r"^GAUNTLET_STORAGE_HOST_SUFFIXES=\[\"", (DEPLOY / "env.example").read_text(), re.M)
+    assert re.search(r"^STORAGE_HOST_SUFFIXES='\[\"", (DEPLOY / "compose.env.example").read_text(), re.M)
+
+
+def test_example_configs_hold_no_credentials_in_urls_and_install_0640() -> None:
+    for name in ("gauntlet.example.toml", "compose.yaml", "compose.localnet.yaml"):
+        text = (DEPLOY / name).read_text()
+        # compose.yaml fills its database URLs from ${...} variables, never literal passwords
+        found = [m for m in URL_CREDENTIALS.findall(text) if "${" not in m]
+        assert found == [], name
+    guide = (DEPLOY / "README.md").read_text()
+    assert re.search(r"install -m 0640 .*gauntlet\.example\.toml", guide)
+    assert "-m 0644" not in guide
+
+
+def test_systemd_api_unit_bounds_descriptors_and_names_trusted_proxies() -> None:
+    api = _unit("gauntlet-api")
+    assert int(api["Service"]["LimitNOFILE"]) >= 4096
+    assert "GAUNTLET_API_TRUSTED_PROXIES" in (DEPLOY / "systemd" / "gauntlet-api.service").read_text()
+    assert "api_trusted_proxies" in Settings.model_fields
+
+
+def test_localnet_override_runs_the_demo_into_the_stack() -> None:
+    validator = _compose("compose.localnet.yaml")["services"]["validator"]
+    assert validator["command"][:2] == ["demo", "--no-api"]
+    assert validator["restart"] == "no"
+
+
+def _dockerfile() -> str:
+    return (DEPLOY / "Dockerfile").read_text()
