@@ -143,3 +143,11 @@ def test_replay_without_configuration_or_window(
     clean_env.setenv("GAUNTLET_DATABASE_URL", f"sqlite:///{tmp_path / 'v.db'}")
     assert call(["db", "upgrade"], capsys).code == 0
     assert_one_line(call(["replay", "3"], capsys), 1, "window 3 is not committed")
+
+
+def test_api_on_a_port_in_use(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert_one_line(call(["api", "--port", str(port)], capsys), 1, f"port {port}", "in use")

@@ -33,14 +33,17 @@ def api(
     port: Annotated[int | None, typer.Option(help="Port (default GAUNTLET_API_PORT)")] = None,
 ) -> None:
     """Serve the read-only REST API, live events, metrics and the dashboard."""
-    from validator.cli_common import latest_base, log_startup
+    from validator.cli_common import fail, latest_base, log_startup, port_in_use
     from validator.cli_ops import load_settings
 
     s = load_settings()
+    host, port = host or s.api_host, port or s.api_port
+    if port_in_use(host, port):
+        fail(f"port {port} on {host} is in use: pass another --port (or GAUNTLET_API_PORT)")
     configure_logging()
     window, base = latest_base(s)
-    log_startup("api", s, host=host or s.api_host, port=port or s.api_port, window=window, model=base)
-    serve(api_config(s), host or s.api_host, port or s.api_port)
+    log_startup("api", s, host=host, port=port, window=window, model=base)
+    serve(api_config(s), host, port)
 
 
 def serve_in_thread(
