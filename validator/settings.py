@@ -19,12 +19,16 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from sqlalchemy.engine import make_url
 
 DEV_SECRET = "gauntlet-dev-secret-not-for-production"  # noqa: S105 (refused on a real subnet)
 SECRET_FILE_FIELDS = (
     "validator_secret", "database_url", "redis_url", "archive_access_key_id", "archive_secret_access_key",
     "selection_access_key_id", "selection_secret_access_key",
 )  # fmt: skip
+
+
+PATH_FIELDS = ("workdir", "dataset_path", "model_path", "wallet_path")
 
 
 class Settings(BaseSettings):
@@ -111,7 +115,7 @@ class Settings(BaseSettings):
         if toml:
             if not Path(toml).is_file():  # a typo must not silently start with the defaults
                 raise ValueError(f"GAUNTLET_CONFIG: no such file {toml}")
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml)))
+            sources.append(RelativeToFileToml(settings_cls, toml_file=Path(toml)))
         return tuple(sources)
 
     @model_validator(mode="before")
@@ -157,6 +161,26 @@ class Settings(BaseSettings):
         for key in ("database_url", "redis_url", "archive_url", "selection_location"):
             out[key] = _mask_url(out[key])
         return out
+
+
+class RelativeToFileToml(TomlConfigSettingsSource):
+    """A relative path in a TOML file is relative to that file, not to wherever a command runs
+    (`GAUNTLET_CONFIG=demo/gauntlet.toml gauntlet replay 3` from any folder finds the same data)."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        data = super()._read_file(file_path)
+        folder = Path(str(file_path)).resolve().parent
+        for key in PATH_FIELDS:
+            if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
+                data[key] = str(folder / data[key])
+        url = data.get("database_url")
+        if isinstance(url, str) and url.startswith("sqlite"):
+            parsed = make_url(url)
+            if parsed.database and parsed.database != ":memory:" and not Path(parsed.database).is_absolute():
+                data["database_url"] = parsed.set(database=str(folder / parsed.database)).render_as_string(
+                    hide_password=False
+                )
+        return data
 
 
 def to_toml(settings: Settings) -> str:
