@@ -115,10 +115,11 @@ def decode_indices(stream: U8, layout: ChunkLayout, chunk: int) -> U16 | Verdict
     rem_section = stream[1 : 1 + rem_len]
     if count * k % 8 and int(rem_section[-1]) >> (count * k % 8):
         return Verdict.reject(Reason.BAD_PADDING, "padding after the last remainder is not zero")
-    bits = np.unpackbits(stream[1 + rem_len :], bitorder="little")
-    ones = np.flatnonzero(bits.view(np.bool_))  # the bool view is several times faster
-    if ones.size != count:
-        return Verdict.reject(Reason.BAD_BITSTREAM, f"{ones.size} unary codes for {count} indices")
+    bits = np.unpackbits(stream[1 + rem_len :], bitorder="little").view(np.bool_)
+    population = int(np.count_nonzero(bits))  # before listing them: a hostile all-ones stream stays cheap
+    if population != count:
+        return Verdict.reject(Reason.BAD_BITSTREAM, f"{population} unary codes for {count} indices")
+    ones = np.flatnonzero(bits)  # on the bool view: several times faster than on uint8
     if bits.size - (int(ones[-1]) + 1 if count else 0) >= 8:
         return Verdict.reject(Reason.BAD_PADDING, "a whole byte of padding after the last unary code")
     q = np.empty(count, np.int64)  # unary lengths: the distance between one bits, minus the one
