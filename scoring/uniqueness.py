@@ -41,6 +41,7 @@ cannot concentrate copying outside the sampled chunks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -112,6 +113,10 @@ class PeerPayload:
     resolution: float = 0.0  # the upload lies in (timestamp - resolution, timestamp]
 
     def clearly_before(self, other: PeerPayload) -> bool:
+        # Both times must be the validator's own sightings: an unsighted peer's timestamp is its
+        # store's Last-Modified, which it controls, so it bounds nothing (a thief could backdate it).
+        if not (math.isfinite(self.resolution) and math.isfinite(other.resolution)):
+            return False
         return self.timestamp < other.timestamp and self.timestamp <= other.timestamp - other.resolution
 
 
