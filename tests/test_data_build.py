@@ -129,3 +129,15 @@ def test_build_refusals_are_one_line(
     assert_one_line(call(["data", "build", str(inputs / "a.jsonl"), *tok], capsys), 1, "--force")
     again = build([str(inputs / "b.parquet"), *tok, "--force"], capsys)
     assert Dataset.open(out, seq_len=16).manifest.shards[0].n_tokens == again["tokens"]
+
+
+def test_progress_counts_every_input_byte(tmp_path: Path, inputs: Path, tokenizer_json: Path) -> None:
+    """The bar's total is the inputs' size; the build advances it to (about) that total."""
+    from validator.data_build import BuildConfig, build_dataset, input_files, load_tokenizer
+
+    files = input_files([inputs])
+    seen: list[int] = []
+    build_dataset(files, load_tokenizer(tokenizer_json), tmp_path / "ds", BuildConfig(), seen.append)
+    total = sum(f.stat().st_size for f in files)
+    assert total - 8 <= sum(seen) <= total  # Parquet advances per record batch, rounded down
+    assert len(seen) > len(files)  # JSONL advances line by line, not only at the end
