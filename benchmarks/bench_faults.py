@@ -1,11 +1,12 @@
-"""Faults at scale: `gauntlet run` SIGKILLed and restarted across a localnet run, then one window of
-mostly hostile peers.
+"""Faults at scale: `gauntlet run` SIGKILLed and restarted across a localnet run, one window of
+mostly hostile peers, then windows with poisoned submissions.
 
     .venv/bin/python benchmarks/bench_faults.py [--quick] [--sqlite]
 
 The kill run compares every committed window with an uninterrupted in-process run of the same
 scenario and counts lost windows and duplicated (hotkey, window) rows; the hostile window reports
-the peak resident set while it is scored. The last line is one JSON object with the figures.
+the peak resident set while it is scored; the poisoned windows are served as `gauntlet run` serves
+them and must all be committed. The last line is one JSON object with the figures.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,8 +39,19 @@ from tests.fault_fixtures import (  # noqa: E402
 )
 from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, peak_rss_mb, rss_sampled  # noqa: E402
 from tests.kill_fixtures import run_with_kills  # noqa: E402
+from tests.poison_fixtures import (  # noqa: E402
+    overflow_header_file,
+    raising_decoder,
+    raising_evaluator,
+    random_file,
+    register,
+    upload,
+)
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database  # noqa: E402
 from tests.test_round_restart import comparable  # noqa: E402
+from validator.logs import configure_logging  # noqa: E402
+from validator.round import Judging, Round  # noqa: E402
+from validator.service import serve  # noqa: E402
 
 
 def kill_run(root: Path, windows: int, kills: int, seed: int, postgres: bool) -> dict[str, object]:
@@ -116,19 +129,71 @@ def hostile_window(root: Path, mix: HostileMix) -> dict[str, object]:
     }
 
 
+def poisoned_windows(root: Path, windows: int) -> dict[str, object]:
+    """Every window has a peer whose file makes the decoder raise, one whose evaluation raises and
+    one whose header used to crash the decoder; in the last window (the only one with --quick) every
+    evaluation raises (a fault of the validator's, not a peer's): it fails until committed salvaged."""
+    with gauntlet_env():
+        runner = make_runner(root / "poisoned", "honest:2")
+    decode, evaluate, header = register(runner, ["decode", "evaluate", "header"])
+    metrics, judging, settings = runner.round.metrics, Judging(), runner.settings
+
+    def connect(old: Round) -> Round:  # what a restarted process builds, with this window's faults
+        runner.round = runner.connect()
+        runner.round.judging, runner.round.metrics = judging, metrics
+        return runner.round
+
+    started, reasons, committed = time.perf_counter(), {}, 0
+    for w in range(1, windows + 1):
+        every = None if w == windows else {evaluate.uid}
+        judging = Judging(raising_decoder({decode.hotkey}), raising_evaluator(every))
+        runner.round.judging = judging
+        runner.publish(w)
+        upload(runner, decode, w, random_file(runner, decode, w, seed=w))
+        upload(runner, evaluate, w, random_file(runner, evaluate, w, seed=100 + w))
+        upload(runner, header, w, overflow_header_file())
+        serve(
+            runner.round, stop=threading.Event(), reconnect=connect, put_window_s=settings.put_window_s,
+            grace_s=settings.put_grace_s, max_windows=1, retry_s=0.0, salvage_after=2,
+        )  # fmt: skip
+        committed += runner.round.ledger.window_state(w) == "committed"
+        record = runner.round.ledger.window_detail(w)
+        reasons[w] = {s.hotkey: s.reason for s in record.submissions} if record is not None else {}
+    runner.round.ledger.engine.dispose()
+    internal = sum(r.get(p.hotkey) == "internal_error" for r in reasons.values() for p in (decode, evaluate))
+    salvaged = metrics.registry.get_sample_value("gauntlet_windows_salvaged_total") or 0
+    seconds = time.perf_counter() - started
+    print(
+        f"poisoned windows: {committed}/{windows} committed ({salvaged:.0f} salvaged) in {seconds:.1f} s; "
+        f"{internal} internal_error verdicts; the crashing header ended {reasons[1].get(header.hotkey)}"
+    )
+    return {
+        "poisoned_windows_run": windows,
+        "poisoned_windows_committed": committed,
+        "poisoned_windows_salvaged": int(salvaged),
+        "poisoned_internal_errors": internal,
+        "poisoned_header_reason": reasons[1].get(header.hotkey),
+        "poisoned_seconds": round(seconds, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="2 windows, 1 kill, 64 hostile-window peers")
+    parser.add_argument(
+        "--quick", action="store_true", help="2 windows, 1 kill, 64 hostile-window peers, 1 poisoned window"
+    )
     parser.add_argument("--sqlite", action="store_true", help="SQLite instead of the local Postgres")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    configure_logging(quiet=True, json_lines=False)  # the poisoned windows log their tracebacks (stderr)
     windows, kills = (2, 1) if args.quick else (6, 5)
     mix = HostileMix(64, 50) if args.quick else HostileMix(256, 200)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
         out = kill_run(Path(tmp), windows, kills, args.seed, postgres=not args.sqlite)
         out |= hostile_window(Path(tmp), mix)
+        out |= poisoned_windows(Path(tmp), 1 if args.quick else 4)
     out["seconds"] = round(time.perf_counter() - started, 2)
     print(json.dumps(out))
 

@@ -4,44 +4,31 @@ cannot capture the clip reference. Faults are injected through the round's `Judg
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import io
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import structlog
-import torch
 from rich.console import Console
 from rich.traceback import Traceback
 
 from scoring.clipping import median_norms
-from scoring.decoder import Expected, decode_submission
-from scoring.encoder import compress, pack_tensors
-from scoring.loss_score import Batches, LossScoreConfig, PeerEval, PeerJob, evaluate_peers
-from scoring.model import LlamaModel
-from scoring.signing import dev_keypair
-from scoring.types import DecodeResult, ParamSpec, Reason
-from scoring.wire import CodecConfig
+from scoring.types import Reason
 from tests.e2e_fixtures import clear_gauntlet_env
-from tests.hostile_fixtures import HostilePeer, resign
-from validator.commitments import StorageLocation
+from tests.poison_fixtures import raising_decoder, raising_evaluator, random_file, register, upload
 from validator.demo import DemoConfig, DemoRunner
 from validator.global_model import GlobalModel
 from validator.logs import configure_logging
-from validator.objstore import object_key, publish
 from validator.round import Judging, Round, run_window
 from validator.service import serve
 from validator.sim.plugins import parse_peers
 
 CANARY = "canary-7f3e9d1c-validator-secret"
-
-
 Logs = Callable[[], list[dict[str, Any]]]
 
 
@@ -67,40 +54,12 @@ def _runner(tmp_path: Path, peers: str, monkeypatch: pytest.MonkeyPatch) -> Demo
     return DemoRunner(cfg)
 
 
-def _raising_decoder(bad: str):  # type: ignore[no-untyped-def]
-    def decode(data: bytes, spec: ParamSpec, expect: Expected, codec: CodecConfig) -> DecodeResult:
-        if expect.hotkey == bad:
-            raise OverflowError("a shape this decoder cannot multiply")
-        return decode_submission(data, spec, expect, codec)
-
-    return decode
-
-
-def _raising_evaluator(bad: set[int] | None):  # type: ignore[no-untyped-def]
-    """`evaluate_peers`, raising whenever a job of a `bad` uid is in the batch (None: always)."""
-
-    def evaluate(
-        model: LlamaModel,
-        jobs: Sequence[PeerJob],
-        heldout: Batches,
-        *,
-        reference: Mapping[str, float],
-        cfg: LossScoreConfig,
-        loss_before: float | None = None,
-    ) -> list[PeerEval]:
-        if bad is None or any(j.uid in bad for j in jobs):
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, loss_before=loss_before)
-
-    return evaluate
-
-
 def test_a_peer_whose_decoding_or_evaluation_raises_is_internal_error_and_the_window_commits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_logs: Logs
 ) -> None:
     runner = _runner(tmp_path, "honest:3", monkeypatch)
     a, b, c = runner.network.peers[:3]
-    runner.round.judging = Judging(decode=_raising_decoder(a.hotkey), evaluate=_raising_evaluator({b.uid}))
+    runner.round.judging = Judging(decode=raising_decoder({a.hotkey}), evaluate=raising_evaluator({b.uid}))
     runner.publish(1)
     report = runner.validate(1)
     by = {p.hotkey: p for p in report.peers}
@@ -124,7 +83,7 @@ def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_s
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_logs: Logs
 ) -> None:
     runner = _runner(tmp_path, "honest:2", monkeypatch)
-    faulty = Judging(evaluate=_raising_evaluator(None))  # every evaluation of every peer raises
+    faulty = Judging(evaluate=raising_evaluator(None))  # every evaluation of every peer raises
     metrics = runner.round.metrics
 
     def connect(old: Round) -> Round:
@@ -164,30 +123,6 @@ def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_s
     runner.round.ledger.engine.dispose()
 
 
-def _zero_sybils(runner: DemoRunner, n: int, window: int) -> list[str]:
-    """`n` registered peers that each publish a valid, signed update whose values are all zero (each
-    keeps different coordinates, so no two files are duplicates of each other)."""
-    model = runner.round.model.model
-    put_start = runner.chain.block_timestamp(runner.round.cfg.window.first_block(window + 1))
-    first = max(nn.uid for nn in runner.chain.neurons()) + 1
-    hotkeys = []
-    for i in range(n):
-        path = (runner.cfg.workdir / "stores" / f"zero-{i}").resolve()
-        peer = HostilePeer(
-            first + i, dev_keypair(f"//zero-{i}"), "zero", StorageLocation("file", path=str(path))
-        )
-        runner.chain.register(peer.hotkey, uid=peer.uid)
-        runner.chain.commit(peer.hotkey, peer.location.to_commitment())
-        g = torch.Generator().manual_seed(i)
-        delta = {k: torch.randn(v.shape, generator=g) for k, v in model.named_parameters()}
-        tensors = pack_tensors(compress(delta, None, CodecConfig()))
-        zeros = {k: np.zeros(4, np.float32) if k.endswith(".lut") else v for k, v in tensors.items()}
-        data = resign(peer, window, runner.round.model.base, zeros)
-        asyncio.run(publish(peer.location, object_key(window, peer.hotkey), data, mtime=put_start + 5.0))
-        hotkeys.append(peer.hotkey)
-    return hotkeys
-
-
 def test_a_majority_of_zero_sybils_cannot_stop_honest_updates_moving_the_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,7 +130,10 @@ def test_a_majority_of_zero_sybils_cannot_stop_honest_updates_moving_the_model(
     aggregation the round runs, still lets the honest updates move the model."""
     runner = _runner(tmp_path, "honest:2", monkeypatch)
     runner.publish(1)  # the two honest peers train and upload
-    sybils = _zero_sybils(runner, 3, 1)
+    sybils = []
+    for i, peer in enumerate(register(runner, ["zero-a", "zero-b", "zero-c"])):
+        upload(runner, peer, 1, random_file(runner, peer, 1, seed=i, zero=True))  # distinct coordinates
+        sybils.append(peer.hotkey)
     start = copy.deepcopy(runner.round.model.model)  # the model the window is scored against
     report = runner.validate(1)
     stored = runner.round.ledger.window_detail(1)

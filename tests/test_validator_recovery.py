@@ -121,3 +121,23 @@ def test_zero_updates_cannot_make_honest_peers_norm_outliers() -> None:
 def test_config_show_masks_the_selection_bucket_credentials() -> None:
     s = Settings(selection_location="https://AKID:topsecret@r2.example.com/sel?region=auto", redis_url=None)
     assert "topsecret" not in str(s.masked())
+
+
+def test_a_peer_whose_records_cannot_be_built_is_internal_error_not_a_failed_commit() -> None:
+    from scoring.loss_score import PeerEval
+    from validator.objstore import FetchResult
+    from validator.recording import recordable, submission_record
+
+    far = PeerWindow(
+        PeerTarget(1, "far", None), "ok", fetch=FetchResult("far", "ok", size=9, last_modified=1e300)
+    )
+    assert submission_record(far, "k").storage_time is None  # a Last-Modified no datetime can hold
+    odd = PeerEval(2, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1, timings="not timings")  # type: ignore[arg-type]
+    broken = PeerWindow(
+        PeerTarget(2, "odd", None), "ok", fetch=FetchResult("odd", "ok", size=9), evaluation=odd
+    )
+    out = recordable([far, broken], window=3)
+    assert out[0] == far
+    assert (out[1].status, out[1].reason, out[1].evaluation, out[1].fetch) == (
+        "invalid", Reason.INTERNAL_ERROR, None, None,
+    )  # fmt: skip
