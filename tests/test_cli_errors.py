@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from storage import migrate
-from tests.cli_fixtures import assert_one_line, call, clean_env
+from tests.cli_fixtures import Result, assert_one_line, call, clean_env
 from validator.wiring import code_version
 
 __all__ = ["clean_env"]  # the fixture, used by name
@@ -151,3 +154,37 @@ def test_api_on_a_port_in_use(clean_env: pytest.MonkeyPatch, capsys: pytest.Capt
         busy.listen()
         port = busy.getsockname()[1]
         assert_one_line(call(["api", "--port", str(port)], capsys), 1, f"port {port}", "in use")
+
+
+def test_run_with_a_missing_wallet_or_an_unreachable_chain(tmp_path: Path) -> None:
+    """In a child process: the SDK leaves an event loop behind, which warnings-as-errors would blame
+    on the test rather than on the one line under test."""
+    import bittensor as bt
+
+    from scoring.corpus import generate_corpus
+
+    generate_corpus(tmp_path / "corpus", seed=0, n_tokens=20_000, shard_tokens=10_000)
+    port = free_port()  # nothing answers there
+    env = {"CHAIN": "subtensor", "NETWORK": f"ws://127.0.0.1:{port}", "VALIDATOR_SECRET": "s" * 32,
+           "STORAGE_HOST_SUFFIXES": '["example.com"]', "DATASET_PATH": str(tmp_path / "corpus"),
+           "WALLET_PATH": str(tmp_path / "wallets"), "WALLET_NAME": "v", "WALLET_HOTKEY": "hot"}  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | {
+        "HOME": str(tmp_path),
+        **{f"GAUNTLET_{k}": v for k, v in env.items()},  # SDK caches go under ~
+    }
+
+    def run() -> Result:
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "gauntlet"), "run", "--windows", "0"],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=False,
+        )  # fmt: skip
+        return Result(done.returncode, done.stdout, done.stderr)
+
+    assert_one_line(run(), 1, "cannot open the validator's hotkey", "hot")
+    wallet = bt.Wallet("v", "hot", path=str(tmp_path / "wallets"))
+    wallet.regenerate_hotkey(seed="0x" + "11" * 32, use_password=False, overwrite=True, suppress=True)
+    unreachable = run()
+    # the SDK logs its own "Could not connect" line first; ours ends the output, with no traceback
+    assert unreachable.code == 1 and "Traceback" not in unreachable.err
+    last = unreachable.err_lines[-1]
+    assert last.startswith("error: cannot reach the chain") and str(port) in last

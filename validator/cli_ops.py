@@ -130,6 +130,23 @@ def chain_for(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
     return local, signer.ss58_address, LocationPolicy.local(), signer
 
 
+def connect_chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer, int]:
+    """The chain and its head block, or one line: a wallet key that is not there, an endpoint
+    that does not answer (the SDK raises its own error types, not OSError)."""
+    errors: tuple[type[BaseException], ...] = (OSError,)
+    if s.chain == "subtensor":
+        from bittensor.result import BittensorError
+
+        errors += (BittensorError,)
+    try:
+        chain, hotkey, locations, signer = chain_for(s)
+        return chain, hotkey, locations, signer, chain.block()
+    except FileNotFoundError as e:  # before OSError: the wallet, not the network
+        fail(f"cannot open the validator's hotkey: {e} (GAUNTLET_WALLET_NAME, _HOTKEY, _PATH)")
+    except errors as e:
+        fail(f"cannot reach the chain {s.network}: {type(e).__name__}: {e}")
+
+
 def run(
     windows: Annotated[
         int | None, typer.Option(help="Stop after this many windows (default: run forever)")
@@ -140,9 +157,9 @@ def run(
     configure_logging()
     dataset = open_dataset(s)
     check_model_path(s)
-    chain, hotkey, locations, signer = chain_for(s)
+    chain, hotkey, locations, signer, head = connect_chain(s)
     metrics = Metrics()
-    start = max(WindowConfig(s.blocks_per_window).window_of(chain.block()) - 1, 0)
+    start = max(WindowConfig(s.blocks_per_window).window_of(head) - 1, 0)
 
     def connect(old: Round | None = None) -> Round:
         model = old.model.model if old is not None else load_model(s, dataset)  # restore loads in place
