@@ -75,7 +75,8 @@ def test_a_peer_whose_decoding_or_evaluation_raises_is_internal_error_and_the_wi
     assert {(r["stage"], r["hotkey"]) for r in failed} == {("decode", a.hotkey), ("evaluate", b.hotkey)}
     excs = {r["stage"]: r["exception"][0] for r in failed}
     assert excs["decode"]["exc_type"] == "OverflowError" and "cannot multiply" in excs["decode"]["exc_value"]
-    assert excs["evaluate"]["frames"]  # the traceback, frame by frame
+    frames = excs["evaluate"]["frames"]  # the traceback, frame by frame, without local variables
+    assert frames and all("locals" not in f for f in frames)
     runner.round.ledger.engine.dispose()
 
 
@@ -154,3 +155,21 @@ def test_empty_norms_are_left_out_of_the_clip_reference() -> None:
     norms = [{"a": 0.0, "b": 1.0}, {"a": 0.0, "b": 2.0}, {"a": 0.0, "b": 3.0}, {"a": 1.0, "b": 0.0}]
     assert median_norms([*norms, {"a": 3.0, "b": 0.0}]) == {"a": 2.0, "b": 2.0}
     assert median_norms([{"a": 0.0}, {"a": 1e-13}], floor=1e-12) == {"a": 0.0}  # nobody updated it
+
+
+def test_json_logs_carry_the_exception_type_message_and_traceback(json_logs: Logs) -> None:
+    secret = CANARY  # a local variable of the failing frame: never in the log
+    try:
+        raise ValueError(f"boom {len(secret)}")
+    except ValueError:
+        structlog.get_logger("test").exception("round_failed", window=3)
+    (line,) = json_logs()
+    (exc,) = line["exception"]
+    assert (line["event"], line["window"], exc["exc_type"], exc["exc_value"]) == (
+        "round_failed",
+        3,
+        "ValueError",
+        "boom 32",
+    )
+    assert exc["frames"][-1]["name"] == "test_json_logs_carry_the_exception_type_message_and_traceback"
+    assert CANARY not in json.dumps(line)
