@@ -47,7 +47,7 @@ ADVERSARIES = (
     "lazy", "copycat", "replay", "noise", "scaled", "stale", "late", "malformed", "free_rider",
     "noisy_copy", "blend", "split:2", "stale_copy", "collude:3", "poison", "sandbag",
 )  # fmt: skip
-GRADED = "honest:2,honest_3q:1,honest_half:1,honest_quarter:1,honest_half_pages:1"
+GRADED = "honest:2,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
 MIXED = ",".join([HONEST, *(a if ":" in a else f"{a}:1" for a in ADVERSARIES), "malformed:2"])
 TARGETS = {
     "coverage": 1.0,

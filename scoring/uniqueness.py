@@ -25,8 +25,9 @@ inner step honest pairs overlap ≈ 0.74; at twenty ≈ 0.18 from a random init)
 threshold flags honest peers. The tiers apply to a *copy strength*: the larger of
 - the overlap's excess over the window's typical pair, `(o − m) / (1 − m)`, m the median overlap
   estimate over all pairs (`calibrate`), and
-- the residual similarity of `scoring/similarity.py`, which is ≤ 0 for honest pairs at any stage;
-  a pair with no positive residual similarity is never flagged by positions alone.
+- the residual similarity of `scoring/similarity.py`, ≤ 0.07 for honest pairs in every window
+  measured (even with half the window junk), ≥ 0.13 for noisy copies, blends and colluders;
+  a pair below `similarity_floor` is never flagged by positions alone.
 Each flagged pair is reported with its overlap, similarity and baseline.
 
 Direction. The offender is the later uploader, judged by the validator's own observation: a peer's
@@ -72,6 +73,7 @@ class UniquenessConfig:
     reset_at: float = 0.5
     ban_at: float = 0.6
     calibrate: bool = True  # tiers apply to the overlap's excess over the window's typical pair
+    similarity_floor: float = 0.1  # a calibrated flag needs at least this residual similarity
     # Sampling error depends on the number of blocks, not their size: 128 one-chunk blocks give
     # std ≤ 0.5/√128 ≈ 0.044 even for all-or-nothing copying per block, 4.5 std below the first
     # tier at the default margin; honest pairs estimate ≈ 0.01 ± 0.008 (sketch noise 1/√2^14).
@@ -163,9 +165,10 @@ def find_copies(
         # sample over- or under-represents cancels (the exact overlap is what the finding reports)
         calibrated = cfg.calibrate and len(peers) >= 3
         excess = float(_excess(estimates[i, j], baseline)) if calibrated else overlap
-        # a copy keeps its victim's residual; honest pairs that merely share positions do not (their
-        # residuals are anti-correlated): positions alone never flag a pair with no shared residual
-        tier = cfg.tier(max(excess, sim)) if sim > 0.0 or not calibrated else CopyTier.NONE
+        # a copy keeps its victim's residual; honest pairs that merely share positions do not: positions
+        # alone never flag a pair without a shared residual (honest pairs measured ≤ 0.07, copies ≥ 0.13)
+        shared = sim >= cfg.similarity_floor or not calibrated
+        tier = cfg.tier(max(excess, sim)) if shared else CopyTier.NONE
         if tier is not CopyTier.NONE:
             findings.append(_pair_finding(a, b, overlap, tier, Reason.COPY, sim, baseline))
     return sorted(findings, key=lambda f: (f.offender, f.other))

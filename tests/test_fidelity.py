@@ -19,8 +19,8 @@ def test_honest_spearman_reads_the_leaderboard() -> None:
     rows = [
         {"behaviour": "honest", "rank": 1},
         {"behaviour": "lazy", "rank": 2},  # adversaries are left out
-        {"behaviour": "honest_half", "rank": 3},
-        {"behaviour": "honest_quarter", "rank": 4},
+        {"behaviour": "honest_quarter", "rank": 3},
+        {"behaviour": "honest_tenth", "rank": 4},
     ]
     assert honest_spearman(rows) == pytest.approx(1.0)
     rows[0]["rank"], rows[3]["rank"] = 4, 1
@@ -28,7 +28,7 @@ def test_honest_spearman_reads_the_leaderboard() -> None:
 
 
 def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
-    expected = {"honest": 1.0, "honest_3q": 0.75, "honest_half": 0.5, "honest_quarter": 0.25}
-    assert expected | {"honest_half_pages": 0.5} == HONEST_CONTRIBUTION
+    expected = {"honest": 1.0, "honest_quarter": 0.25, "honest_tenth": 0.1, "honest_quarter_pages": 0.25}
+    assert expected == HONEST_CONTRIBUTION
     new = {"noisy_copy", "blend", "split", "stale_copy", "collude", "poison", "sandbag"}
     assert set(HONEST_CONTRIBUTION) | new <= set(BUILTIN)

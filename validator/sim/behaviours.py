@@ -43,11 +43,12 @@ class Graded:
         )
 
 
+# Measured at the demo's sizing (H = 20), held-out gain saturates above ~10 inner steps (3/4 and
+# 1/2 of the steps gained as much as all of them, half the pages too), so the grades are far apart.
 GRADED = (
-    Graded("honest_3q", steps_fraction=0.75),
-    Graded("honest_half", steps_fraction=0.5),
     Graded("honest_quarter", steps_fraction=0.25),
-    Graded("honest_half_pages", pages_fraction=0.5),
+    Graded("honest_tenth", steps_fraction=0.1),
+    Graded("honest_quarter_pages", pages_fraction=0.25),
 )
 # The share of a full honest peer's work each honest behaviour does (pages count like steps).
 HONEST_CONTRIBUTION = {"honest": 1.0} | {g.name: g.steps_fraction * g.pages_fraction for g in GRADED}
