@@ -92,8 +92,9 @@ def random_file(
 
 
 def overflow_header_file() -> bytes:
-    """A tiny safetensors file whose one tensor has shape [0, 2**64 − 1]: its element count is 0, but
-    the product of its dimensions overflowed the decoder's int64 arithmetic (it used to raise)."""
+    """A tiny safetensors file whose one tensor has shape [0, 2**64 − 1] (element count 0, dimensions
+    past int64): the safetensors library the decoder used raised on such headers. Whatever check
+    refuses it first, it must end as a verdict (`poisoned_header_reason` in bench_faults)."""
     header = {"t.idx": {"dtype": "U8", "shape": [0, 2**64 - 1], "data_offsets": [0, 0]}}
     body = json.dumps(header).encode()
     return struct.pack("<Q", len(body)) + body
