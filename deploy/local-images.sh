@@ -13,7 +13,8 @@
 # (apt-get install -y podman runc debootstrap).
 #
 # Environment: DEBIAN_MIRROR, TORCH_WHEELS (a folder holding the CPU torch wheel; default /opt/wheels),
-# TORCH_SPEC (default: the CPU wheel found there), IMAGE_TAG (default local), PODMAN_RUNTIME
+# TORCH_SPEC (default: the CPU wheel found there), IMAGE_TAG (default local), TARGETS (default
+# "validator api": the Dockerfile targets to build), PODMAN_RUNTIME
 # (default /usr/sbin/runc; empty: podman's default), WORK (scratch folder for the Debian root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,10 +80,13 @@ app_images() {
     --build-arg TORCH_INDEX_URL=https://pypi.org/simple --build-arg TORCH_FIND_LINKS=/wheels
     -v "$TORCH_WHEELS:/wheels:ro" -v /etc/ssl/certs:/etc/ssl/certs:ro
   )
-  say "building localhost/gauntlet:$IMAGE_TAG ($spec)"
-  build "${args[@]}" --target validator -t "localhost/gauntlet:$IMAGE_TAG" .
-  say "building localhost/gauntlet-api:$IMAGE_TAG"
-  build "${args[@]}" --target api -t "localhost/gauntlet-api:$IMAGE_TAG" .
+  local target name
+  for target in ${TARGETS:-validator api}; do
+    name=localhost/gauntlet-$target:$IMAGE_TAG
+    [ "$target" = validator ] && name=localhost/gauntlet:$IMAGE_TAG
+    say "building $name ($spec)"
+    build "${args[@]}" --target "$target" -t "$name" .
+  done
   podman image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep -E '^localhost/gauntlet' >&2
 }
 

@@ -50,7 +50,7 @@ def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def image() -> Iterator[str]:
     """The validator image of this checkout; base images and unchanged layers come from the cache."""
-    env = {**os.environ, "IMAGE_TAG": TAG}
+    env = {**os.environ, "IMAGE_TAG": TAG, "TARGETS": "validator"}
     done = subprocess.run(
         [str(REPO / "deploy" / "local-images.sh"), "app"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1700, check=False,
@@ -77,10 +77,12 @@ def test_image_prints_its_version_as_a_non_root_user(image: str) -> None:
 @pytest.mark.timeout(1800)
 def test_image_runs_a_demo_window_offline_on_a_read_only_root(image: str) -> None:
     # an anonymous volume for the work folder (removed with the container); no network at all,
-    # so nothing in the image may download a model, a tokenizer or data at run time
+    # so nothing in the image may download a model, a tokenizer or data at run time; three peers
+    # and three inner steps keep it short (the full default demo is the README's, not CI's)
     done = _run(
         *HARDENED, "--network", "none", "-v", "/var/lib/gauntlet", "-e", "OMP_NUM_THREADS=2",
-        image, "demo", "--windows", "1", "--no-api", timeout=900,
+        image, "demo", "--windows", "1", "--no-api", "--peers", "honest:2,copycat:1", "--inner-steps", "3",
+        timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert re.search(r"^window 1\b", done.stderr, re.MULTILINE), done.stderr[-4000:]
