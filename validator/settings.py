@@ -39,7 +39,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///gauntlet.db"
     redis_url: str | None = "redis://127.0.0.1:6379/0"
     archive_url: str | None = None  # None: a folder under workdir; else an S3 URL (commitment syntax)
-    archive_retention_windows: int = Field(default=0, ge=0)  # 0 keeps everything
+    # bounded by default (≈ 15 h of 23-minute windows); 0 keeps everything and grows without bound
+    archive_retention_windows: int = Field(default=40, ge=0)
     storage_host_suffixes: list[str] = []  # trusted peer storage providers (empty: any public host)
     allow_any_storage_host: bool = False  # a real subnet with no suffixes must say so explicitly
     upload_poll_s: float = Field(default=2.0, gt=0)  # HEAD polls observing uploads (real subnets)
