@@ -6,8 +6,10 @@ corpus, error feedback 0.95, the sent update applied at outer lr 1 each window) 
 and of a wider one (d=512) whose tensors are mostly whole chunks, as at the run's scale.
 For each: bytes and ratio vs fp32, bits per index and per value against their information limits
 (log2 C(L, k) per chunk for the positions; the empirical entropy of the 2-bit codes for the values),
-encode and decode speed, decode time v2 ÷ v1, and decode time against its floor (`torch.zeros` plus
-`index_put_` of the same output). Prints readable lines, then one JSON line.
+packing speed (bit packing, digest and signature of the already compressed update: the part the
+formats differ in; top-k and quantization are the same for both), decode speed, decode time v2 ÷ v1,
+and decode time against its floor (`torch.zeros` plus `index_put_` of the same output). Prints
+readable lines, then one JSON line.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ def measure(spec: Spec, compressed: Mapping[str, CompressedParam], repeats: int)
             f"{tag}_payload_ratio_vs_fp32": round(params * 4 / (len(data) - header), 2),
             f"{tag}_bits_per_index": round(idx_bytes * 8 / kept, 3),
             f"{tag}_bits_per_value": round(val_bytes * 8 / kept, 3),
-            f"{tag}_encode_params_per_s": round(params / best_of(encode, repeats)),
+            f"{tag}_pack_params_per_s": round(params / best_of(encode, repeats)),
             f"{tag}_decode_s": best_of(lambda: decode_submission(data, spec, expect), repeats),  # noqa: B023
         }
     index_limit, value_limit = _limits(spec, compressed)
