@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from scoring.decoder import Expected
@@ -22,12 +24,12 @@ KEY = dev_keypair("//gauntlet-test-peer")
 CFG = CodecConfig()
 
 
-def random_delta(seed: int = 0, spec: dict[str, tuple[int, ...]] = SPEC) -> dict[str, torch.Tensor]:
+def random_delta(seed: int = 0, spec: Mapping[str, tuple[int, ...]] = SPEC) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return {n: torch.randn(s, generator=g) * 1e-3 for n, s in spec.items()}
 
 
-def make_file(seed: int = 0, spec: dict[str, tuple[int, ...]] = SPEC, fmt: str = FORMAT_V2) -> bytes:
+def make_file(seed: int = 0, spec: Mapping[str, tuple[int, ...]] = SPEC, fmt: str = FORMAT_V2) -> bytes:
     delta = random_delta(seed, spec)
     return encode_submission(
         compress(delta, None, CFG), window=WINDOW, uid=UID, base=BASE, signer=KEY, cfg=CFG, fmt=fmt
