@@ -7,17 +7,15 @@ Choices where the design leaves room (all configurable):
 - the BMA warm-up counts *evaluated* windows (the windows in which the BMA moved); the 0.10 gate
   applies from the (warm-up + 1)-th evaluation on, to the final score only (the stored BMA is kept);
 - a valid submission that was not sampled for evaluation keeps its final score as it was;
-- only evaluated peers enter the match: a missing or invalid peer is penalised on its own, never
-  entered as an opponent that everybody else beats (that lifted every evaluated peer, cheaters too);
+- only evaluated peers enter the match: missing or invalid peers are penalised on their own, not
+  beaten as opponents (that lifted every evaluated peer, cheaters too);
 - missing, early and late submissions count as misses; invalid ones set the final score to 0;
-- a peer the fetch never got to (`skipped`) is left as it was: no match, no penalty;
+- a peer the fetch never got to (`skipped`) is left as it was;
 - training is *proven* after `proof_min_evaluations` evaluations when the mean relative own-data
-  margin, `(own_gain − score) / |score|` clipped to ±1, reaches `proof_margin` and the lower
-  confidence bound (Wilson, `proof_z`) of the rate of +1 indicators reaches `proof_rate`. Measured
-  on the demo, honest peers scored +1 in only ~80 % of windows 3–6 (4 of 6 is common) while their
-  mean margin stayed ≥ 0.045 (+0.1…+0.3 in the first windows, +0.01…+0.1 later); a lazy peer is a coin flip
-  (MEASURED.md) with margins around 0. The margin carries the proof; the rate bound bars records
-  that are mostly −1 (an honest peer at 3 of 5 fell below a 0.4 bound in bench_fidelity);
+  margin `(own_gain − score) / |score|` (clipped to ±1) reaches `proof_margin` and the Wilson lower
+  bound (`proof_z`) of the +1 rate reaches `proof_rate`. On the demo honest peers scored +1 in only
+  ~80 % of windows 3–6 while their mean margin stayed ≥ 0.045; a lazy peer is a coin flip with a
+  margin around 0 (MEASURED.md). The margin carries the proof; the rate bars mostly −1 records;
 - a banned peer is still rated, but its final score is 0 until `window >= ban_until`;
 - a ban covers the window it was found in and the next `ban_windows − 1`;
 - a peer absent from the outcomes is inactive; after `inactive_reset_windows` it is dropped;
@@ -171,8 +169,7 @@ def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
 
 def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
     """Has the peer proven that it trains on its own data (module docstring)?"""
-    n = peer.evaluations
-    if n < max(cfg.proof_min_evaluations, 1) or peer.margin_sum / n < cfg.proof_margin:
+    if (n := peer.evaluations) < max(cfg.proof_min_evaluations, 1) or peer.margin_sum / n < cfg.proof_margin:
         return False
     z2, rate = cfg.proof_z**2, peer.positives / n
     centre = rate + z2 / (2 * n)
@@ -181,11 +178,9 @@ def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
 
 
 def relative_margin(score: float, own_gain: float | None) -> float:
-    """How much more the update helped the peer's own pages than held-out ones, relative, in [−1, 1].
-    Without an own gain (callers that only know the indicator) the margin counts as proven."""
-    if own_gain is None:
-        return 1.0
-    return max(-1.0, min(1.0, (own_gain - score) / max(abs(score), 1e-9)))
+    """The update's extra gain on the peer's own pages over held-out ones, relative, in [−1, 1]
+    (1 without an own gain: callers that only know the indicator)."""
+    return 1.0 if own_gain is None else max(-1.0, min(1.0, (own_gain - score) / max(abs(score), 1e-9)))
 
 
 def update_bma(bma: float, indicator: int, alpha: float) -> float:
@@ -255,7 +250,7 @@ def _recycled(peer: PeerRating, outcomes: Sequence[PeerOutcome]) -> bool:
 
 def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingConfig) -> PeerRating:
     peer = replace(peer, windows_seen=peer.windows_seen + 1, inactive_windows=0)
-    if o.status is Status.SKIPPED:
+    if o.status is Status.SKIPPED:  # nothing is known about it this window
         return peer
     if o.score is not None and o.indicator is not None:
         peer = replace(

@@ -8,8 +8,6 @@ honest pair could have (≈ 0.32) and went unflagged. Both are judged here on re
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
