@@ -92,7 +92,9 @@ def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_s
         runner.round.judging, runner.round.metrics = faulty, metrics
         return runner.round
 
-    runner.round = connect(runner.round)
+    first = runner.round
+    connect(first)
+    first.ledger.engine.dispose()
     runner.publish(1)
     with pytest.raises(RuntimeError, match="evaluation failed for all 2 peers") as failure:
         run_window(runner.round, 1)  # failing everybody is the validator's fault: the window fails
