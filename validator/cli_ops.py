@@ -168,6 +168,8 @@ def run(
             validator_hotkey=hotkey, locations=locations, metrics=metrics, signer=signer,
         )  # fmt: skip
 
+    stop = threading.Event()
+    install_sigterm(stop)  # before the first connect: a stop asked for while it runs is honoured
     try:
         first = connect()
     except KeyError as e:  # a checkpoint the database names is not in the store (deploy/README.md §5)
@@ -180,8 +182,6 @@ def run(
     log_startup("run", s, hotkey=hotkey, device=str(device), model=first.model.base, window=start)
     if s.metrics_port is not None:
         start_http_server(s.metrics_port, addr=s.api_host, registry=metrics.registry)
-    stop = threading.Event()
-    install_sigterm(stop)
     serve(
         first,
         stop=stop,
