@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from statistics import median
@@ -12,6 +12,7 @@ import structlog
 
 from scoring.clipping import median_norms
 from scoring.decoder import Expected, decode_submission
+from scoring.ranking import RatingConfig, RatingState, proven
 from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
 from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
 from scoring.wire import CodecConfig
@@ -119,10 +120,23 @@ def decode_all(
     return out
 
 
-def clip_reference(peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig()) -> dict[str, float]:
+def clip_reference(
+    peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig(), trusted: Collection[str] = frozenset()
+) -> dict[str, float]:
     """The window's per-parameter median norm over valid updates: the clip reference (§5.6).
-    Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag the median to 0."""
-    return median_norms([p.update.norms() for p in peers if p.update is not None], floor=cfg.zero_norm)
+
+    Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag the median to 0. Once
+    some valid peers have proven their training (`trusted`), the median is over theirs alone: new
+    identities are free, so a crowd of sybils sending tiny non-zero updates would otherwise own the
+    median and shrink every honest update to nothing."""
+    valid = [p for p in peers if p.update is not None]
+    proven = [p for p in valid if p.hotkey in trusted]
+    return median_norms([p.update.norms() for p in proven or valid if p.update], floor=cfg.zero_norm)
+
+
+def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:
+    """Hotkeys that have proven, before this window, that they train on their own data."""
+    return frozenset(h for h, r in state.peers.items() if proven(r, cfg))
 
 
 def total_norm(p: PeerWindow) -> float:

@@ -17,7 +17,7 @@ from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState
 from scoring.uniqueness import unclear_pairs
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
-from validator.checking import check_window, clip_reference
+from validator.checking import check_window, clip_reference, proven_peers
 from validator.evaluation import evaluate_window, heldout
 from validator.ledger import Ledger
 from validator.objstore import FetchResult
@@ -112,9 +112,10 @@ def replay_window(
         cfg=cfg.check, archive=lambda data: "", seen_before=lambda d: ledger.seen_before(d, window),
         secret_seed=record.heldout_seed,
     )  # fmt: skip
+    reference = clip_reference(peers, cfg.check, proven_peers(before, cfg.policy.rating))
     held = heldout(model, dataset, record.heldout_seed, cfg.eval)
     peers = evaluate_window(
-        peers, model=model, dataset=dataset, window=window, held=held, reference=clip_reference(peers),
+        peers, model=model, dataset=dataset, window=window, held=held, reference=reference,
         ratings=before, budget=len(peers), cfg=cfg.eval, only={e.hotkey for e in record.evaluations},
     )  # fmt: skip
     state = rate_window(before, peers, window, cfg.policy)

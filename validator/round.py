@@ -39,6 +39,7 @@ from validator.checking import (
     check_window,
     clip_reference,
     file_judge,
+    proven_peers,
 )
 from validator.commitments import LocationPolicy
 from validator.evaluation import EvalConfig, Evaluator, HeldOut, evaluate_window, heldout
@@ -208,7 +209,8 @@ def _check(
         archive=r.ledger.archive.put, seen_before=lambda digests: r.ledger.seen_before(digests, window),
         secret_seed=seed, ready=judged, decode=r.judging.decode,
     )  # fmt: skip
-    return checked, findings, clip_reference(checked, r.cfg.check)
+    trusted = proven_peers(r.ratings, r.cfg.policy.rating)
+    return checked, findings, clip_reference(checked, r.cfg.check, trusted)
 
 
 def _unjudged(peers: list[PeerWindow]) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:

@@ -1,0 +1,43 @@
+"""Sybils sending tiny non-zero updates cannot own the clip reference once peers have proven training."""
+
+from __future__ import annotations
+
+import torch
+
+from scoring.ranking import PeerRating, RatingConfig, RatingState, proven
+from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
+from validator.checking import CheckConfig, clip_reference, proven_peers
+from validator.outcomes import PeerTarget, PeerWindow
+
+
+def _peer(hotkey: str, scale: float) -> PeerWindow:
+    values = torch.full((4,), scale, dtype=torch.float32)
+    param = SparseParam((4096,), torch.arange(4, dtype=torch.int64), values)
+    meta = SubmissionMeta(window=1, uid=0, hotkey=hotkey, base="0" * 64, signature="")
+    update = SparseUpdate(meta=meta, digest=hotkey, params={"w": param})
+    return PeerWindow(PeerTarget(0, hotkey, None), "ok", update=update)
+
+
+def _proven_rating(hotkey: str, cfg: RatingConfig) -> PeerRating:
+    n = max(cfg.proof_min_evaluations, 1) * 4
+    return PeerRating(hotkey, 0, 25.0, 8.0, evaluations=n, positives=n, margin_sum=float(n))
+
+
+def test_tiny_sybil_majority_owns_the_median_without_trust() -> None:
+    peers = [_peer("h1", 1.0), _peer("h2", 1.0), *(_peer(f"s{i}", 1e-6) for i in range(3))]
+    assert clip_reference(peers, CheckConfig())["w"] < 1e-5  # what the trusted set defends against
+
+
+def test_proven_peers_set_the_reference() -> None:
+    cfg = RatingConfig()
+    state = RatingState({h: _proven_rating(h, cfg) for h in ("h1", "h2")}, window=0)
+    assert all(proven(r, cfg) for r in state.peers.values())
+    trusted = proven_peers(state, cfg)
+    assert trusted == {"h1", "h2"}
+    peers = [_peer("h1", 1.0), _peer("h2", 1.0), *(_peer(f"s{i}", 1e-6) for i in range(3))]
+    assert clip_reference(peers, CheckConfig(), trusted)["w"] == 2.0  # norm of four 1.0 values
+
+
+def test_without_proven_peers_every_valid_update_counts() -> None:
+    peers = [_peer("a", 1.0), _peer("b", 3.0), _peer("c", 2.0)]
+    assert clip_reference(peers, CheckConfig(), frozenset({"gone"}))["w"] == 4.0
