@@ -115,6 +115,9 @@ class Round:
     judging: Judging = Judging()
 
 
+_NOTHING_SELECTED: Selection[str] = Selection((), ())
+
+
 def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
     """Score and commit `window`. `salvage`: stages that raise are skipped, not retried (the
     service's last resort for a window that keeps failing)."""
@@ -124,7 +127,7 @@ def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
     seed = window_seed(r.cfg.secret, window)  # secret per window: held-out pages, samples, sketches
     r.events.publish("window_opened", window)
     with timer("fetch"):  # decoding overlaps the downloads
-        peers, judged = _fetch_and_decode(r, window)
+        peers, judged = _fetch_and_decode(r, window, seed)
     r.hook("fetch", window)
     with timer("check"):
         peers, findings, reference = _stage(
@@ -139,8 +142,10 @@ def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
         peers = recordable(peers, window)
     r.hook("evaluate", window)
     with timer("rate"):
-        ratings = rate_window(r.ratings, peers, window, r.cfg.policy)
-        selection = select_window(ratings, peers, window, r.cfg.policy, twins=unclear_pairs(findings))
+        ratings, selection = _stage(
+            salvage, "rate", lambda: _rate(r, window, peers, findings),
+            lambda: (RatingState(r.ratings.peers, window), _NOTHING_SELECTED),
+        )  # fmt: skip
         updates = {p.hotkey: p.update for p in peers if p.update is not None}
         chosen = [updates[h] for h in selection.gather]  # selection only picks valid peers
         digests = [u.digest for u in chosen]
@@ -170,7 +175,14 @@ def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
     return WindowReport(window, peers, selection, held.loss_before, timer.seconds)
 
 
-def _fetch_and_decode(r: Round, window: int) -> tuple[list[PeerWindow], dict[str, Judged]]:
+def _rate(
+    r: Round, window: int, peers: list[PeerWindow], findings: list[CopyFinding]
+) -> tuple[RatingState, Selection[str]]:
+    ratings = rate_window(r.ratings, peers, window, r.cfg.policy)
+    return ratings, select_window(ratings, peers, window, r.cfg.policy, twins=unclear_pairs(findings))
+
+
+def _fetch_and_decode(r: Round, window: int, seed: str) -> tuple[list[PeerWindow], dict[str, Judged]]:
     """Download every submission; each is archived and decoded as soon as it has arrived."""
     targets = read_targets(r.chain, r.locations, exclude=r.validator_hotkey)
     put_start = r.chain.block_timestamp(r.cfg.window.first_block(window + 1))
@@ -184,7 +196,9 @@ def _fetch_and_decode(r: Round, window: int) -> tuple[list[PeerWindow], dict[str
     )
     eager = EagerDecoder(judge, {t.hotkey: t.uid for t in targets})
     try:
-        peers = fetch_window(r.fetcher, targets, window, put_start, r.cfg.fetch_deadline_s, on_result=eager)
+        peers = fetch_window(
+            r.fetcher, targets, window, put_start, r.cfg.fetch_deadline_s, on_result=eager, seed=seed
+        )  # the order is the window's secret: stalling peers cannot arrange to be first
     finally:
         judged = eager.results()
     return peers, judged
