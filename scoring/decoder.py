@@ -23,10 +23,12 @@ from scoring.signing import verify_signature
 from scoring.types import DecodeResult, ParamSpec, Reason, SparseParam, SparseUpdate, SubmissionMeta, Verdict
 from scoring.wire import (
     FORMAT,
+    FORMAT_V2,
     FORMATS,
     META_KEYS,
     ChunkLayout,
     CodecConfig,
+    canonical_tensors,
     max_submission_bytes,
     numel_of,
     payload_digest,
@@ -34,7 +36,7 @@ from scoring.wire import (
     tensor_bounds,
 )
 
-__all__ = ["UNEXPECTED", "Expected", "Rejected", "decode_submission", "read_format"]
+__all__ = ["UNEXPECTED", "Expected", "Rejected", "decode_submission", "read_format", "submission_digest"]
 UNEXPECTED = "decoder could not parse the file"  # the detail of a verdict from the catch-all boundary
 
 
@@ -64,9 +66,10 @@ def decode_submission(
         meta, fmt = _parse_metadata(metadata, cfg)
         _check_schema(entries, tensor_bounds(spec, cfg, fmt))
         tensors = {name: view(data, e) for name, e in entries.items()}
-        digest = payload_digest(tensors)
+        positions = _stream_positions(spec, tensors, cfg) if fmt == FORMAT_V2 else {}
+        digest = payload_digest(canonical_tensors(tensors, positions))
         _check_identity(meta, fmt, digest, expect)
-        params = {name: _decode(name, shape, tensors, cfg, fmt) for name, shape in spec.items()}
+        params = {name: _decode(name, shape, tensors, cfg, positions) for name, shape in spec.items()}
     except Rejected as r:
         return DecodeResult(Verdict.reject(r.reason, r.detail), None, meta)
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
@@ -74,6 +77,15 @@ def decode_submission(
         return DecodeResult(Verdict.reject(Reason.BAD_HEADER, detail), None, meta)
     update = SparseUpdate(meta=meta, digest=digest, params=params, nbytes=len(data))
     return DecodeResult(Verdict.accept(), update, meta)
+
+
+def submission_digest(
+    tensors: Mapping[str, npt.NDArray[np.generic]], spec: ParamSpec, cfg: CodecConfig, fmt: str
+) -> str:
+    """The digest a `fmt` file of these tensors signs (docs/wire-format.md §7), for tools that re-sign
+    files; raises `Rejected` when a `gauntlet/2` index stream does not decode."""
+    positions = _stream_positions(spec, tensors, cfg) if fmt == FORMAT_V2 else {}
+    return payload_digest(canonical_tensors(tensors, positions))
 
 
 def read_format(data: bytes, cfg: CodecConfig | None = None) -> str | None:
@@ -135,16 +147,32 @@ def _check_schema(entries: Mapping[str, Entry], bounds: Mapping[str, tuple[str, 
             raise Rejected(Reason.BAD_SHAPE, f"{name}: shape [{entry.length}] instead of {span}")
 
 
+def _stream_positions(
+    spec: ParamSpec, tensors: Mapping[str, npt.NDArray[np.generic]], cfg: CodecConfig
+) -> dict[str, npt.NDArray[np.uint16]]:
+    """Every `gauntlet/2` index stream decoded and checked: the digest is taken over the positions,
+    so the streams are decoded before the identity checks (cheap: vectorized, the file is capped)."""
+    out: dict[str, npt.NDArray[np.uint16]] = {}
+    for name, shape in spec.items():
+        layout = ChunkLayout.of(numel_of(shape), cfg)
+        idx = decode_indices(tensors[f"{name}.idx"].astype(np.uint8, copy=False), layout, cfg.chunk)
+        if isinstance(idx, Verdict):
+            raise Rejected(idx.reason or "invalid", f"{name}.idx: {idx.detail}")
+        out[name] = idx
+    return out
+
+
 def _decode(
     name: str,
     shape: tuple[int, ...],
     tensors: Mapping[str, npt.NDArray[np.generic]],
     cfg: CodecConfig,
-    fmt: str,
+    positions: Mapping[str, npt.NDArray[np.uint16]],
 ) -> SparseParam:
+    """One parameter's values; its positions come from `positions` (`gauntlet/2`) or its 12-bit fields."""
     layout = ChunkLayout.of(numel_of(shape), cfg)
     stream = tensors[f"{name}.idx"].astype(np.uint8, copy=False)
-    idx = indices_v1(stream, layout, cfg) if fmt == FORMAT else decode_indices(stream, layout, cfg.chunk)
+    idx = positions[name] if name in positions else indices_v1(stream, layout, cfg)
     out = (
         idx
         if isinstance(idx, Verdict)

@@ -23,6 +23,7 @@ from scoring.wire import (
     FORMATS,
     ChunkLayout,
     CodecConfig,
+    canonical_tensors,
     numel_of,
     payload_digest,
     signed_message,
@@ -196,7 +197,9 @@ def encode_submission(
 ) -> bytes:
     """A signed safetensors file for one window, `gauntlet/2` unless `fmt` asks for `gauntlet/1`."""
     tensors = pack_tensors(compressed, cfg, fmt)
-    digest = payload_digest(tensors)
+    # the digest names the update, not its encoding: always over the `gauntlet/1` tensors (§7)
+    positions = {name: c.idx for name, c in compressed.items()} if fmt == FORMAT_V2 else {}
+    digest = payload_digest(canonical_tensors(tensors, positions))
     hotkey = signer.ss58_address
     metadata = {
         "format": fmt,

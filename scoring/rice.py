@@ -59,10 +59,12 @@ def _stream_bytes(gaps: I64, k: int) -> int:
     return 1 + (gaps.size * k + 7) // 8 + (unary + 7) // 8
 
 
-def encode_indices(idx: U16, layout: ChunkLayout) -> U8:
-    """The shortest stream over k in [0, 11] (ties to the smaller k)."""
+def encode_indices(idx: U16, layout: ChunkLayout, k: int | None = None) -> U8:
+    """The stream with Rice parameter `k`; by default the shortest over k in [0, 11], ties to the smaller."""
     gaps = to_gaps(idx, layout)
-    k = min(range(MAX_RICE + 1), key=lambda j: (_stream_bytes(gaps, j), j))
+    chosen = k is None
+    if k is None:
+        k = min(range(MAX_RICE + 1), key=lambda j: (_stream_bytes(gaps, j), j))
     rem_bits = ((gaps[:, None] >> np.arange(k)) & 1).astype(np.uint8).reshape(-1)
     q = gaps >> k
     unary = np.zeros(int(q.sum()) + gaps.size, dtype=np.uint8)
@@ -74,7 +76,7 @@ def encode_indices(idx: U16, layout: ChunkLayout) -> U8:
             np.packbits(unary, bitorder="little"),
         ]
     )
-    assert stream.size <= stream_cap(layout)  # guaranteed by the choice of k (see stream_cap)
+    assert stream.size <= stream_cap(layout) or not chosen  # the choice of k keeps it (see stream_cap)
     return stream
 
 

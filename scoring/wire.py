@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scoring.packing import packed2_len, packed12_len
+from scoring.packing import pack12, packed2_len, packed12_len
 from scoring.rice import stream_cap
 from scoring.types import ParamSpec
 
@@ -114,8 +114,25 @@ def max_submission_bytes(spec: ParamSpec, cfg: CodecConfig) -> int:
     return max(payload_bytes(spec, cfg, fmt) for fmt in FORMATS) + 8 + cfg.max_header_bytes
 
 
+def canonical_tensors(
+    tensors: Mapping[str, npt.NDArray[np.generic]], positions: Mapping[str, npt.NDArray[np.uint16]]
+) -> dict[str, npt.NDArray[np.generic]]:
+    """The `gauntlet/1` tensors of the same update: each `NAME.idx` in `positions` (a parameter's
+    decoded in-chunk positions) replaced by its 12-bit packing; every other tensor as it is.
+
+    The digest is taken over this form, so it names the update, not its encoding: a `gauntlet/1`
+    file and every `gauntlet/2` encoding of one update (any Rice k) hash alike, and a replay cannot
+    dodge the digest checks by re-encoding (docs/wire-format.md §7)."""
+    out = dict(tensors)
+    for name, idx in positions.items():
+        out[f"{name}.idx"] = pack12(idx)
+    return out
+
+
 def payload_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
-    """SHA-256 over name, dtype, shape and raw little-endian bytes of each tensor, sorted by name."""
+    """SHA-256 over name, dtype, shape and raw little-endian bytes of each tensor, sorted by name.
+
+    The signed digest of a submission is this over its canonical (`gauntlet/1`) tensors."""
     h = hashlib.sha256()
     for name in sorted(tensors):
         arr = tensors[name]

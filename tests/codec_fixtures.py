@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 import torch
+from safetensors.numpy import save
 
-from scoring.decoder import Expected
+from scoring.decoder import Expected, Rejected, submission_digest
 from scoring.encoder import compress, encode_submission
-from scoring.signing import dev_keypair
-from scoring.wire import FORMAT_V2, CodecConfig
+from scoring.signing import Signer, dev_keypair, sign_hex
+from scoring.wire import FORMAT_V2, CodecConfig, payload_digest, signed_message
 
 SPEC: dict[str, tuple[int, ...]] = {
     "embed.weight": (97, 64),  # 6,208 values: one full chunk plus a tail
@@ -38,3 +40,28 @@ def make_file(seed: int = 0, spec: Mapping[str, tuple[int, ...]] = SPEC, fmt: st
 
 def expect() -> Expected:
     return Expected(window=WINDOW, uid=UID, hotkey=KEY.ss58_address, base=BASE)
+
+
+def sign_tensors(
+    tensors: Mapping[str, np.ndarray],
+    fmt: str,
+    *,
+    signer: Signer = KEY,
+    window: int = WINDOW,
+    uid: int = UID,
+    spec: Mapping[str, tuple[int, ...]] = SPEC,
+) -> bytes:
+    """A `fmt` file of `tensors` signed as a peer would sign it (over the canonical digest). A file
+    whose index stream does not decode is signed over its raw tensors: it is refused before the
+    signature is looked at."""
+    try:
+        digest = submission_digest(tensors, spec, CFG, fmt)
+    except Rejected:
+        digest = payload_digest(tensors)
+    hotkey = signer.ss58_address
+    meta = {
+        "format": fmt, "window": str(window), "uid": str(uid), "hotkey": hotkey, "base": BASE,
+        "chunk": str(CFG.chunk), "topk": str(CFG.topk),
+        "signature": sign_hex(signer, signed_message(window, uid, hotkey, BASE, digest, fmt)),
+    }  # fmt: skip
+    return save(dict(tensors), metadata=meta)

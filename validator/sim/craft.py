@@ -10,7 +10,7 @@ import safetensors.numpy
 import torch
 
 from scoring.data import batches
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import Expected, Rejected, decode_submission, submission_digest
 from scoring.model import param_spec
 from scoring.signing import sign_hex
 from scoring.train import train_inner
@@ -24,7 +24,10 @@ Dense = dict[str, torch.Tensor]
 
 def resign(ctx: PeerContext, tensors: Mapping[str, np.ndarray]) -> bytes:
     """Sign `tensors` as this peer's; they come from `ctx.encode`'s files, which are `gauntlet/2`."""
-    digest = payload_digest(tensors)
+    try:  # the digest of the decoded update (docs/wire-format.md §7), as the validator computes it
+        digest = submission_digest(tensors, param_spec(ctx.model), ctx.tools.codec, FORMAT_V2)
+    except Rejected:  # a stream that does not decode: refused before its signature is looked at
+        digest = payload_digest(tensors)
     meta = {
         "format": FORMAT_V2, "window": str(ctx.window), "uid": str(ctx.uid), "hotkey": ctx.hotkey,
         "base": ctx.base, "chunk": str(ctx.tools.codec.chunk), "topk": str(ctx.tools.codec.topk),
