@@ -73,24 +73,24 @@ def sampled(
     return idx, np.concatenate(val_parts).reshape(shape)
 
 
-def _sketch(keys: I64, weights: npt.NDArray[np.float32], bits: int, rng: np.random.Generator) -> torch.Tensor:
-    """(P, 2^bits) count sketch: each key adds ±weight to one bucket of its peer's row."""
+def _sketch(keys: I64, weights: npt.NDArray[np.float64], bits: int, rng: np.random.Generator) -> torch.Tensor:
+    """(P, 2^bits) float64 count sketch: each key adds ±weight to one bucket of its peer's row.
+    `bincount` sums in input order, so the sketch is bit-for-bit reproducible (replay, restarts)."""
     n_peers, n_sample = keys.shape
     mult = rng.integers(1, 2**62, size=2, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
     hashed = keys.astype(np.uint64).ravel()
     bucket = (hashed * mult[0]) >> np.uint64(64 - bits)
-    sign = ((hashed * mult[1]) >> np.uint64(63)).astype(np.float32) * 2 - 1
+    sign = ((hashed * mult[1]) >> np.uint64(63)).astype(np.float64) * 2 - 1
     rows = np.repeat(np.arange(n_peers, dtype=np.uint64), n_sample) << np.uint64(bits)
-    sketch = torch.zeros(n_peers << bits, dtype=torch.float32)
-    flat = torch.from_numpy((rows | bucket).astype(np.int64))
-    sketch.index_add_(0, flat, torch.from_numpy(sign * weights.ravel()))
-    return sketch.view(n_peers, -1)
+    flat = (rows | bucket).astype(np.int64)
+    sketch = np.bincount(flat, weights=sign * weights.ravel(), minlength=n_peers << bits)
+    return torch.from_numpy(sketch).view(n_peers, -1)
 
 
 def estimate_overlaps(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np.random.Generator) -> F64:
     """(P, P) overlap estimates from the sampled positions (collision noise ≈ 1/2^(bits/2))."""
     keys = idx * 2 + (val > 0)
-    sk = _sketch(keys, np.ones(keys.shape, np.float32), bits, rng)
+    sk = _sketch(keys, np.ones(keys.shape, np.float64), bits, rng)
     # Bucket sums are small integers, exact in bf16; bf16 rounds the products by < 0.4 %, plenty
     # for picking candidates, and halves the cost of the product.
     sk16 = sk.to(torch.bfloat16)
@@ -100,7 +100,7 @@ def estimate_overlaps(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np
 
 def residual_similarity(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np.random.Generator) -> F64:
     """(P, P) cosine of the peers' residuals beyond the leave-one-out consensus (module docstring)."""
-    sk = _sketch(idx, val, bits, rng).to(torch.float64)
+    sk = _sketch(idx, val.astype(np.float64), bits, rng)
     unit = sk / torch.linalg.vector_norm(sk, dim=1, keepdim=True).clamp_min(1e-30)
     # Each peer counts in the consensus by how much it agrees with the plain mean: unrelated updates
     # (noise, junk) weigh ~0, so they cannot blur the honest consensus whose removal decorrelates
@@ -112,4 +112,7 @@ def residual_similarity(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: 
     others = others / torch.linalg.vector_norm(others, dim=1, keepdim=True).clamp_min(1e-30)
     resid = unit - (unit * others).sum(1, keepdim=True) * others
     resid = resid / torch.linalg.vector_norm(resid, dim=1, keepdim=True).clamp_min(1e-30)
-    return np.asarray((resid @ resid.T).numpy(), dtype=np.float64)
+    # Rounded: the last bits of float64 reductions depend on the thread count, and a stored figure or
+    # a threshold decision must not (replay and restarts compare them exactly)
+    gram: F64 = np.asarray((resid @ resid.T).numpy(), dtype=np.float64)
+    return np.round(gram, 9)
