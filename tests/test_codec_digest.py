@@ -11,13 +11,13 @@ import pytest
 import torch
 from safetensors.numpy import load
 
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import Expected, decode_submission, submission_digest
 from scoring.encoder import compress, encode_submission
 from scoring.packing import pack12
 from scoring.rice import MAX_RICE, decode_indices, encode_indices, stream_cap
 from scoring.signing import Signer, dev_keypair
 from scoring.types import Reason, SparseUpdate, Verdict
-from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, numel_of
+from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
 from validator.checking import CheckConfig, check_window
 from validator.objstore import FetchResult
@@ -142,3 +142,32 @@ def test_a_replay_re_encoded_for_the_next_window_is_a_duplicate(first: str, agai
         "invalid",
         Reason.DUPLICATE_PAYLOAD,
     )
+
+
+def _digest_as_documented(tensors: Mapping[str, bytes], dtypes: Mapping[str, tuple[str, int]]) -> str:
+    """An independent reading of docs/wire-format.md §7 over canonical tensors given as raw bytes."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        dtype, length = dtypes[name]
+        for item in (name.encode(), dtype.encode(), str(length).encode(), tensors[name]):
+            h.update(item + b"\0")
+    return h.hexdigest()
+
+
+def test_the_documented_example_digest() -> None:
+    cfg = CodecConfig(chunk=16, topk=4)
+    spec = {"w": (16,)}
+    val, scale, lut = bytes([0b11100100]), np.array([1.0], np.float16), np.array([-2, -1, 1, 2], np.float32)
+    common: Tensors = {"w.val": np.frombuffer(val, np.uint8), "w.scale": scale, "w.lut": lut}
+    v1 = common | {"w.idx": np.frombuffer(bytes.fromhex("01200007f000"), np.uint8)}
+    v2 = common | {"w.idx": np.frombuffer(bytes.fromhex("008680"), np.uint8)}
+    raw = {
+        "w.idx": bytes.fromhex("01200007f000"),
+        "w.val": val,
+        "w.scale": scale.tobytes(),
+        "w.lut": lut.tobytes(),
+    }
+    kinds = {"w.idx": ("U8", 6), "w.val": ("U8", 1), "w.scale": ("F16", 1), "w.lut": ("F32", 4)}
+    expected = _digest_as_documented(raw, kinds)
+    assert submission_digest(v1, spec, cfg, FORMAT) == expected
+    assert submission_digest(v2, spec, cfg, FORMAT_V2) == expected
