@@ -109,10 +109,14 @@ class DigestLedger:
         return {d for d in digests if self.windows.get(d, window) < window}
 
 
+def sighted(hotkey: str, data: bytes, first_seen: float) -> FetchResult:
+    return FetchResult(hotkey, "ok", data=data, first_seen=first_seen, seen_resolution_s=1.0)
+
+
 def check(files: Mapping[str, bytes], window: int, ledger: DigestLedger) -> dict[str, PeerWindow]:
-    peers = [
-        PeerWindow(PeerTarget(UID, hotkey, None), "ok", fetch=FetchResult(hotkey, "ok", data=data))
-        for hotkey, data in files.items()
+    peers = [  # uploads seen in the order given, a minute apart
+        PeerWindow(PeerTarget(UID, hotkey, None), "ok", fetch=sighted(hotkey, data, 60.0 * i))
+        for i, (hotkey, data) in enumerate(files.items())
     ]
     checked, _ = check_window(
         peers, window=window, base=BASE, spec=SPEC, cfg=CheckConfig(),
@@ -137,6 +141,18 @@ def test_a_replay_re_encoded_for_the_next_window_is_a_duplicate(first: str, agai
     fresh = encode_submission(compress(random_delta(5), None, CFG), window=WINDOW + 1, uid=UID, base=BASE,
                               signer=KEY, cfg=CFG, fmt=first)  # fmt: skip
     out = check({OTHER.ss58_address: replay, KEY.ss58_address: fresh}, WINDOW + 1, ledger)
+    assert out[KEY.ss58_address].valid
+    assert (out[OTHER.ss58_address].status, out[OTHER.ss58_address].reason) == (
+        "invalid",
+        Reason.DUPLICATE_PAYLOAD,
+    )
+
+
+def test_the_same_update_in_the_other_format_in_one_window_is_a_duplicate() -> None:
+    original = encode_submission(compress(random_delta(0), None, CFG), window=WINDOW, uid=UID, base=BASE,
+                                 signer=KEY, cfg=CFG, fmt=FORMAT_V2)  # fmt: skip
+    again = sign_tensors(with_k(original, -1), FORMAT, signer=OTHER)
+    out = check({KEY.ss58_address: original, OTHER.ss58_address: again}, WINDOW, DigestLedger())
     assert out[KEY.ss58_address].valid
     assert (out[OTHER.ss58_address].status, out[OTHER.ss58_address].reason) == (
         "invalid",
