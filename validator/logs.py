@@ -13,6 +13,17 @@ import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 
 
+class _CurrentStderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was configured: a stream
+    bound at configure time may since have been closed (a test's capture, a redirected CLI run)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(*, quiet: bool = False, json_lines: bool = True, stream: TextIO | None = None) -> None:
     """Structured logs to `stream` (stderr by default)."""
     level = logging.WARNING if quiet else logging.INFO
@@ -33,7 +44,7 @@ def configure_logging(*, quiet: bool = False, json_lines: bool = True, stream: T
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=stream or _CurrentStderr()),  # type: ignore[arg-type]
         # not cached: a later configure (tests, a CLI sub-command) reaches every module's logger
         cache_logger_on_first_use=False,
     )
