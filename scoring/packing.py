@@ -24,14 +24,16 @@ def packed2_len(count: int) -> int:
 
 def pack12(values: npt.NDArray[np.integer]) -> U8:
     """Pack numbers < 4096 two into three bytes: a&0xFF, (a>>8)|((b&0xF)<<4), b>>4."""
-    v = np.asarray(values, dtype=np.uint16)
+    v = np.ascontiguousarray(values, dtype="<u2").reshape(-1)
     if v.size % 2:
-        v = np.concatenate([v, np.zeros(1, dtype=np.uint16)])
-    a, b = v[0::2], v[1::2]
-    out = np.empty((a.size, 3), dtype=np.uint8)
-    out[:, 0] = a & 0xFF
-    out[:, 1] = (a >> 8) | ((b & 0x0F) << 4)
-    out[:, 2] = b >> 4
+        v = np.concatenate([v, np.zeros(1, dtype="<u2")])
+    # byte-wise on (a_lo, a_hi, b_lo, b_hi): twice as fast as 16-bit arithmetic, and the decoder
+    # packs every `gauntlet/2` update this way for its digest
+    u = v.view(np.uint8).reshape(-1, 4)
+    out = np.empty((u.shape[0], 3), dtype=np.uint8)
+    out[:, 0] = u[:, 0]
+    np.bitwise_or(u[:, 1], u[:, 2] << 4, out=out[:, 1])
+    np.bitwise_or(u[:, 2] >> 4, u[:, 3] << 4, out=out[:, 2])
     return out.reshape(-1)
 
 

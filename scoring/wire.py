@@ -136,11 +136,12 @@ def payload_digest(tensors: Mapping[str, npt.NDArray[np.generic]]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
         arr = tensors[name]
+        little = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False)
         for item in (
             name.encode(),
             DTYPE_NAMES[arr.dtype.name].encode(),
             ",".join(str(d) for d in arr.shape).encode(),
-            np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes(),
+            little.reshape(-1).view(np.uint8).data,  # hashed in place: no copy of the payload
         ):
             h.update(item)
             h.update(b"\x00")
