@@ -208,7 +208,8 @@ class RaisingChain:
 
 def test_set_weights_failures_recorded_and_retried(tmp_path: Path) -> None:
     with gauntlet_env(windows_per_weights="2"):
-        runner = make_runner(tmp_path / "demo", "honest:3")  # three: someone holds a positive score at every weights window
+        # three: someone holds a positive score at every weights window (two equals can both sit at 0)
+        runner = make_runner(tmp_path / "demo", "honest:3")
     path, hotkey = runner.chain.config.path, runner.validator_hotkey
     limited = LocalChain(LocalChainConfig(path, validator_hotkey=hotkey, weights_rate_limit=5))
     chains: dict[int, Chain] = {
