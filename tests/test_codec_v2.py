@@ -16,7 +16,18 @@ from scoring.encoder import compress, encode_submission, pack_tensors
 from scoring.rice import decode_indices, encode_indices, stream_cap
 from scoring.types import Reason, Verdict
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, max_submission_bytes
-from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, expect, make_file, random_delta, sign_tensors
+from tests.codec_fixtures import (
+    BASE,
+    CFG,
+    KEY,
+    SPEC,
+    UID,
+    WINDOW,
+    expect,
+    make_file,
+    random_delta,
+    sign_tensors,
+)
 from tests.test_decoder_rejects import signed
 
 U16 = np.uint16
