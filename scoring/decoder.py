@@ -2,9 +2,11 @@
 
 Checks run cheapest first: size, container (our own bounded parser), metadata, schema (names, dtypes
 and lengths against the parameter spec, from the header alone), then identity (payload digest and
-signature) and content. So a header of thousands of empty or unknown tensors is refused before a
-single byte is hashed. The decoder never raises on bad input, never executes anything from the file,
-and allocates at most a small multiple of the (already capped) file size.
+signature) and content. The digest is over the decoded update (its `gauntlet/1` form), so the
+`gauntlet/2` index streams are decoded just before it. So a header of thousands of empty or unknown
+tensors is refused before a single byte is hashed. The decoder never raises on bad input, never
+executes anything from the file, and allocates at most a small multiple of the (already capped) file
+size.
 """
 
 from __future__ import annotations
