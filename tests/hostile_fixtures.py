@@ -21,9 +21,11 @@ import numpy as np
 import safetensors.numpy
 import torch
 
+from scoring.decoder import read_format, submission_digest
 from scoring.encoder import compress, pack_tensors
 from scoring.model import param_spec
 from scoring.signing import Signer, dev_keypair, sign_hex
+from scoring.types import ParamSpec
 from scoring.wire import FORMAT, CodecConfig, max_submission_bytes, payload_digest, signed_message
 from validator.commitments import StorageLocation
 from validator.demo import DemoRunner
@@ -130,20 +132,23 @@ class HostileNet:
             key = object_key(window, p.hotkey)
             asyncio.run(publish(p.location, key, data, mtime=put_start + delay))
 
-    def _honest_source(self, window: int) -> Tensors:
-        """The runner's first (trained) peer's tensors this window: what the copiers take."""
+    def _honest_source(self, window: int) -> tuple[Tensors, str]:
+        """The runner's first (trained) peer's tensors this window and their format: what copiers take."""
         peer = self.runner.network.peers[0]
         data = (Path(peer.location.path) / object_key(window, peer.hotkey)).read_bytes()
-        return dict(safetensors.numpy.load(data))
+        return dict(safetensors.numpy.load(data)), read_format(data) or FORMAT
 
-    def _file(self, p: HostilePeer, kind: str, window: int, source: Tensors) -> tuple[bytes, float]:
+    def _file(
+        self, p: HostilePeer, kind: str, window: int, source: tuple[Tensors, str]
+    ) -> tuple[bytes, float]:
         base = self.runner.round.model.base
         if kind == "oversized":
             return bytes(self.cap + 1), 5.0
         if kind == "garbage":
             return self.rng.randbytes(4096), 5.0
         if kind == "copy":
-            return resign(p, window, base, source), 20.0  # the copier uploads after its victim
+            spec = param_spec(self.runner.round.model.model)
+            return resign(p, window, base, *source, spec=spec), 20.0  # the copier uploads after its victim
         if kind == "replay" and p.last is not None:
             return resign(p, window, base, p.last), 5.0
         tensors = self._random_update(p.uid * 1000 + window)
@@ -162,13 +167,15 @@ class HostileNet:
         return pack_tensors(compress(delta, None, self.codec))
 
 
-def resign(p: HostilePeer, window: int, base: str, tensors: Tensors) -> bytes:
-    """A `gauntlet/1` file of `tensors` signed by `p` for `window` (as encode_submission signs)."""
+def resign(
+    p: HostilePeer, window: int, base: str, tensors: Tensors, fmt: str = FORMAT, spec: ParamSpec | None = None
+) -> bytes:
+    """A `fmt` file of `tensors` signed by `p` for `window` (as encode_submission signs)."""
     codec = CodecConfig()
-    digest = payload_digest(tensors)
+    digest = payload_digest(tensors) if spec is None else submission_digest(tensors, spec, codec, fmt)
     meta = {
-        "format": FORMAT, "window": str(window), "uid": str(p.uid), "hotkey": p.hotkey, "base": base,
+        "format": fmt, "window": str(window), "uid": str(p.uid), "hotkey": p.hotkey, "base": base,
         "chunk": str(codec.chunk), "topk": str(codec.topk),
-        "signature": sign_hex(p.signer, signed_message(window, p.uid, p.hotkey, base, digest)),
+        "signature": sign_hex(p.signer, signed_message(window, p.uid, p.hotkey, base, digest, fmt)),
     }  # fmt: skip
     return safetensors.numpy.save(dict(tensors), metadata=meta)
