@@ -42,7 +42,9 @@ def first_loadable(files: list[bytes]) -> dict[str, np.ndarray] | None:
     """The first file that parses (a copier skips the garbage other cheaters upload)."""
     for data in files:
         try:
-            return dict(safetensors.numpy.load(data))
+            # sorted: safetensors hands tensors back in hash order, which varies from run to run,
+            # and copiers draw their perturbations tensor by tensor (runs must replay exactly)
+            return dict(sorted(safetensors.numpy.load(data).items()))
         except safetensors.SafetensorError:
             continue
     return None
