@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     put_window_s: float = Field(default=70.0, gt=0)
     put_grace_s: float = Field(default=5.0, ge=0)
     fetch_deadline_s: float = Field(default=120.0, gt=0)
+    # one peer's download budget; None: a quarter of the deadline. Size it for the largest honest
+    # file at the slowest bandwidth you accept (a 2 GB submission at 50 MB/s needs 40 s)
+    fetch_peer_budget_s: float | None = Field(default=None, gt=0)
 
     # the model, data and evaluation
     model_path: Path | None = None  # a Hugging Face LLaMA checkpoint folder; None: random init

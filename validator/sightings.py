@@ -98,7 +98,8 @@ class Poller:
             next_at = self._start_at
             while await self._sleep_until(next_at) and self._clock() < self._stop_at:
                 next_at = self._clock() + self._interval
-                await asyncio.gather(*(self._one(http, r) for r in self._requests))
+                # one probe failing in a way nobody foresaw must not end the polling of every peer
+                await asyncio.gather(*(self._one(http, r) for r in self._requests), return_exceptions=True)
 
     async def _sleep_until(self, at: float) -> bool:
         """False once stopped; sleeps in short slices so that `stop` is prompt."""

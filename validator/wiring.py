@@ -145,7 +145,7 @@ def open_ledger(s: Settings, *, migrate_to_head: bool = True) -> Ledger:
 def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> FetchConfig:
     return FetchConfig(
         max_bytes=max_bytes, put_window_s=s.put_window_s, grace_s=s.put_grace_s,
-        peer_budget_s=min(30.0, s.fetch_deadline_s / 4),  # one peer never costs more than a quarter
+        peer_budget_s=min(s.fetch_peer_budget_s or s.fetch_deadline_s / 4, s.fetch_deadline_s),
         allow_private_hosts=locations.allow_private_hosts,  # local subnets serve peers on loopback
         # wall-clock polls observe uploads only beside a real chain, whose block times are wall clock
         poll_interval_s=s.upload_poll_s if s.chain == "subtensor" else 0.0,
