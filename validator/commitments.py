@@ -161,6 +161,14 @@ def _parse_file(netloc: str, path: str, query: str, policy: LocationPolicy) -> S
     return StorageLocation(scheme="file", path=path.rstrip("/") or "/")
 
 
+def _under_any(host: str, suffixes: tuple[str, ...]) -> bool:
+    """`host` is one of the domains or below one, on a label boundary: `amazonaws.com` and
+    `.amazonaws.com` both admit `b.s3.amazonaws.com`, never `evilamazonaws.com`."""
+    name = host.lower().rstrip(".")
+    domains = [s.lower().strip(".") for s in suffixes if s.strip(".")]
+    return any(name == d or name.endswith("." + d) for d in domains)
+
+
 def _check_host(host: str, policy: LocationPolicy) -> str:
     if not _HOST.fullmatch(host):
         raise LocationError("bad_host", f"{host[:70]!r} is not a host name or IPv4 address")
@@ -168,9 +176,7 @@ def _check_host(host: str, policy: LocationPolicy) -> str:
     # is an IP in some spelling that resolvers may map to loopback: only the canonical dotted quad.
     if numeric_looking(host):
         raise LocationError("bad_host", f"{host} is not a canonical IPv4 address")
-    if policy.allowed_host_suffixes and not host.lower().endswith(
-        tuple(s.lower() for s in policy.allowed_host_suffixes)
-    ):
+    if policy.allowed_host_suffixes and not _under_any(host, policy.allowed_host_suffixes):
         raise LocationError(
             "host_not_allowed", f"{host} is not one of the storage providers this validator trusts"
         )
