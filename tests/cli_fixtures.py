@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import pytest
 
 from validator.cli import main
 
 
-@dataclass(frozen=True)
-class Result:
+class Result(NamedTuple):
+    """(code, out, err) of one in-process `gauntlet` call; unpacks like a tuple."""
+
     code: int
     out: str
     err: str

@@ -12,24 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_fixtures import call
 from tests.codec_fixtures import SPEC, make_file
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
-from validator.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def call(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    argv = sys.argv
-    sys.argv = ["gauntlet", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = argv
-    return code, capsys.readouterr().out
 
 
 @pytest.fixture
@@ -45,7 +32,7 @@ def test_inspect_accepts_a_good_file_and_writes_the_dense_update(
     sub = tmp_path / "sub.safetensors"
     sub.write_bytes(make_file(3))
     dense = tmp_path / "dense.safetensors"
-    code, out = call(
+    code, out, _ = call(
         ["submission", "inspect", str(sub), "--shapes", str(shapes), "--dense", str(dense)], capsys
     )
     report = json.loads(out)
@@ -63,10 +50,10 @@ def test_inspect_rejects_with_exit_2_and_a_reason(
 ) -> None:
     sub = tmp_path / "sub.safetensors"
     sub.write_bytes(make_file(3)[:-10])
-    code, out = call(["submission", "inspect", str(sub), "--shapes", str(shapes)], capsys)
+    code, out, _ = call(["submission", "inspect", str(sub), "--shapes", str(shapes)], capsys)
     assert code == 2 and json.loads(out)["reason"] == "not_safetensors"
     sub.write_bytes(make_file(3))
-    code, out = call(
+    code, out, _ = call(
         ["submission", "inspect", str(sub), "--shapes", str(shapes), "--base", "cd" * 32], capsys
     )
     assert code == 2 and json.loads(out)["reason"] == "stale_base"
@@ -82,7 +69,7 @@ def test_usage_errors_exit_1(tmp_path: Path, shapes: Path, capsys: pytest.Captur
 
 
 def test_sample_encodes_and_inspects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = call(["submission", "sample", "--workdir", str(tmp_path)], capsys)
+    code, out, _ = call(["submission", "sample", "--workdir", str(tmp_path)], capsys)
     lines = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and lines[-1]["ok"] is True and lines[-1]["ratio_vs_fp32"] > 100
 

@@ -4,7 +4,6 @@ ratios reported honestly, `--model` instead of a shapes file, and signing with a
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,23 +13,8 @@ from safetensors.torch import save_file
 from scoring.checkpoint import config_to_hf
 from scoring.model import ModelConfig, build_model, param_spec
 from scoring.wire import FORMAT, FORMAT_V2
+from tests.cli_fixtures import Result, call
 from tests.codec_fixtures import SPEC, make_file
-from validator.cli import main
-
-Result = tuple[int, str, str]
-
-
-def call(args: list[str], capsys: pytest.CaptureFixture[str]) -> Result:
-    argv, sys.argv = sys.argv, ["gauntlet", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    finally:
-        sys.argv = argv
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def one_line_error(result: Result, code: int = 1) -> str:
