@@ -145,3 +145,19 @@ def test_encode_signs_with_a_wallet_hotkey(
     missing = _encode(dense, sub, "--wallet", "miner", "--hotkey", "nope", "--wallet-path", str(wallets))
     assert "nope" in one_line_error(call(missing, capsys))
     assert "together" in one_line_error(call(_encode(dense, sub, "--wallet", "miner"), capsys))
+
+
+def test_paths_and_keys_a_miner_gets_wrong_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dense = tmp_path / "dense.safetensors"
+    save_file({"w": torch.randn(64)}, str(dense))
+    line = one_line_error(call(_encode(dense, tmp_path / "no" / "such" / "out.safetensors"), capsys))
+    assert "No such file or directory" in line and "out.safetensors" in line
+    line = one_line_error(call(_encode(dense, tmp_path / "o.safetensors", "--uri", "bogus"), capsys))
+    assert "--uri" in line
+    shapes_out = tmp_path / "missing-dir" / "shapes.json"
+    one_line_error(call(_encode(dense, tmp_path / "o.safetensors", "--shapes-out", str(shapes_out)), capsys))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    one_line_error(call(["submission", "sample", "--workdir", str(blocker)], capsys))

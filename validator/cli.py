@@ -83,4 +83,8 @@ def main() -> None:
         sys.exit(1)
     except typer.Abort:
         sys.exit(1)
+    except OSError as e:  # a path the user gave that cannot be read or written: say which, no traceback
+        where = f": {e.filename}" if e.filename else ""
+        typer.echo(f"error: {e.strerror or e}{where}", err=True)
+        sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)

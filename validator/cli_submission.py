@@ -114,7 +114,10 @@ def inspect(
 def _signer(uri: str, wallet: str | None, hotkey: str | None, wallet_path: Path | None) -> Signer:
     """A real wallet's hotkey through the bittensor SDK, or a development keypair from `--uri`."""
     if wallet is None and hotkey is None:
-        return cast(Signer, dev_keypair(uri))
+        try:
+            return cast(Signer, dev_keypair(uri))
+        except ValueError as e:  # the keypair library's own words, e.g. "invalid secret uri"
+            raise typer.BadParameter(f"--uri {uri!r}: {e}") from None
     if wallet is None or hotkey is None:
         raise typer.BadParameter("--wallet and --hotkey go together")
     import bittensor as bt  # here: the SDK takes seconds to import and only wallets need it
