@@ -21,15 +21,22 @@ router = APIRouter(
 )
 
 
+MAX_ATTEMPTS = 10_000  # per window; far above any retry schedule
+
+
 def weight_list(session: Session, *, limit: int, before: int | None) -> WeightList:
     """A page of attempts. Pages are cut between windows: a full page leaves its oldest window's
-    attempts to the next page (whose `before` includes it), unless that window fills the page alone."""
+    attempts to the next page (whose `before` includes it); a window that fills the page alone is
+    shown whole, however many attempts it had, so no attempt is ever skipped by paging."""
     rows = weight_sets(session=session, limit=limit, before=before)
     next_before = None
     if len(rows) == limit:
         oldest = rows[-1].window
         newer = [ws for ws in rows if ws.window != oldest]
-        rows, next_before = (newer, oldest + 1) if newer else (rows, oldest)
+        if newer:
+            rows, next_before = newer, oldest + 1
+        else:  # attempts in one window are retries of one weight set: few, and bounded here
+            rows, next_before = weight_sets(session=session, window=oldest, limit=MAX_ATTEMPTS), oldest
     return WeightList(
         weight_sets=[public(WeightSetOut, ws, uids=list(ws.uids), weights=list(ws.weights)) for ws in rows],
         next_before=next_before or None,  # 0: nothing is below window 0
