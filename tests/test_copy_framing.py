@@ -10,8 +10,7 @@ import math
 import numpy as np
 
 from scoring.uniqueness import PeerPayload, find_copies, offender_tiers
-from tests.test_uniqueness import random_update
-from tests.uniqueness_fixtures import copy_of
+from tests.uniqueness_fixtures import copy_of, random_update
 
 
 def test_unsighted_backdated_duplicate_frames_nobody() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,6 @@ from rich.traceback import Traceback
 
 from scoring.clipping import median_norms
 from scoring.types import Reason
-from tests.e2e_fixtures import clear_gauntlet_env
 from tests.poison_fixtures import raising_decoder, raising_evaluator, random_file, register, upload
 from validator.demo import DemoConfig, DemoRunner
 from validator.global_model import GlobalModel
@@ -48,7 +48,8 @@ def json_logs() -> Iterator[Logs]:
 
 
 def _runner(tmp_path: Path, peers: str, monkeypatch: pytest.MonkeyPatch) -> DemoRunner:
-    clear_gauntlet_env()
+    for key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
+        monkeypatch.delenv(key)  # restored after the test
     monkeypatch.setenv("GAUNTLET_VALIDATOR_SECRET", CANARY)
     cfg = DemoConfig(parse_peers(peers), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
     return DemoRunner(cfg)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import validator.round as round_module
-from tests.e2e_fixtures import clear_gauntlet_env
 from validator.demo import DemoConfig, DemoRunner
 from validator.round import run_window
 from validator.sim.plugins import parse_peers
@@ -17,7 +17,8 @@ from validator.sim.plugins import parse_peers
 def test_a_rating_stage_that_raises_is_skipped_in_a_salvaged_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clear_gauntlet_env()
+    for key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
+        monkeypatch.delenv(key)  # restored after the test, unlike a bare del
     cfg = DemoConfig(parse_peers("honest:2"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
     runner = DemoRunner(cfg)
 

@@ -12,30 +12,9 @@ from scoring.uniqueness import (
     find_copies,
     offender_tiers,
 )
-from tests.uniqueness_fixtures import copy_of
+from tests.uniqueness_fixtures import copy_of, random_update
 
 torch.set_num_threads(1)
-
-SHAPES = {"w": (30 * 4096 + 1000,), "b": (40,)}  # 30 full chunks, a 1000-long one, a 40-long one
-
-
-def random_update(rng: np.random.Generator) -> dict[str, SparseParam]:
-    """One kept index per stratum of 64 in every chunk: sorted, unique, random."""
-    out = {}
-    for name, shape in SHAPES.items():
-        n = shape[0]
-        parts = []
-        for start in range(0, n, 4096):
-            length = min(4096, n - start)
-            k = min(64, length)
-            if length == 4096:
-                parts.append(start + np.arange(k) * 64 + rng.integers(0, 64, k))
-            else:
-                parts.append(start + np.sort(rng.choice(length, k, replace=False)))
-        idx = np.concatenate(parts)
-        vals = rng.standard_normal(idx.size).astype(np.float32)
-        out[name] = SparseParam(shape, torch.from_numpy(idx), torch.from_numpy(vals))
-    return out
 
 
 def payload(hotkey: str, update: dict[str, SparseParam], t: float, digest: str | None = None) -> PeerPayload:
