@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.api_fixtures import free_port
 from tests.cli_fixtures import assert_one_line, call, clean_env
 
 __all__ = ["clean_env"]  # the fixture, used by name
@@ -45,12 +46,6 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = gauntlet(["demo", "--windows", "1", "--workdir", "run", *PEERS], base)
     assert result.returncode == 0, result.stderr[-2000:]
     return base / "run"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_replay_from_another_folder(

@@ -12,16 +12,11 @@ from pathlib import Path
 import pytest
 
 from storage import migrate
+from tests.api_fixtures import free_port
 from tests.cli_fixtures import Result, assert_one_line, call, clean_env
 from validator.wiring import code_version
 
 __all__ = ["clean_env"]  # the fixture, used by name
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from scoring.corpus import generate_corpus
 from scoring.signing import dev_keypair
 from storage import migrate
+from tests.api_fixtures import free_port
 from tests.cli_fixtures import call, clean_env
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.local_chain import LocalChain, LocalChainConfig
@@ -28,12 +28,6 @@ def pg_url() -> Iterator[str]:
         yield PG_URL.format(name=name)
     finally:
         drop_pg_database(name)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
