@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    false,
     text,
     true,
 )
@@ -90,6 +91,8 @@ class Window(Base):
     timings: Mapped[dict[str, Any]]
     aggregate_digests: Mapped[list[Any]]
     clip_reference: Mapped[dict[str, Any]]
+    # committed in salvage after repeated failures: stages were skipped, so replay cannot re-derive it
+    salvaged: Mapped[bool] = mapped_column(server_default=false())
     opened_at: Mapped[datetime]
     committed_at: Mapped[datetime | None]
 

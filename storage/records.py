@@ -176,6 +176,7 @@ class WindowRecord:
     timings: JsonMap = field(default_factory=dict)
     aggregate_digests: Sequence[str] = ()
     clip_reference: JsonMap = field(default_factory=dict)  # per-parameter median norm used to clip
+    salvaged: bool = False  # stages that raised were skipped (validator/service.py): not replayable
     submissions: Sequence[SubmissionRecord] = ()
     evaluations: Sequence[EvaluationRecord] = ()
     ratings: Sequence[RatingRecord] = ()

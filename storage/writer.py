@@ -47,6 +47,7 @@ def _window_values(record: WindowRecord, state: str, now: datetime) -> dict[str,
         "timings": dict(record.timings),
         "aggregate_digests": list(record.aggregate_digests),
         "clip_reference": dict(record.clip_reference),
+        "salvaged": record.salvaged,
         "opened_at": now,
         "committed_at": now if state == "committed" else None,
     }

@@ -10,8 +10,10 @@ import pytest
 
 import validator.round as round_module
 from validator.demo import DemoConfig, DemoRunner
+from validator.replay import replay_window
 from validator.round import run_window
 from validator.sim.plugins import parse_peers
+from validator.wiring import load_model, round_config
 
 
 def test_a_rating_stage_that_raises_is_skipped_in_a_salvaged_window(
@@ -34,4 +36,16 @@ def test_a_rating_stage_that_raises_is_skipped_in_a_salvaged_window(
     assert runner.round.ledger.window_state(1) == "committed"
     assert report.selection.gather == ()  # nothing is aggregated on ratings that were never computed
     assert runner.round.model.window == 2
+    stored = runner.round.ledger.window_detail(1)
+    assert stored is not None and stored.salvaged  # the record says a stage was not computed
+    with pytest.raises(LookupError, match="salvage"):  # so replay refuses instead of "differing"
+        replay_window(
+            1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+            dataset=runner.dataset, cfg=round_config(runner.settings),
+        )  # fmt: skip
+    monkeypatch.undo()  # the real rating update again: a salvaged run where nothing raises is whole
+    runner.publish(2)
+    run_window(runner.round, 2, salvage=True)
+    again = runner.round.ledger.window_detail(2)
+    assert again is not None and not again.salvaged
     runner.round.ledger.engine.dispose()

@@ -101,6 +101,8 @@ def replay_window(
     record = ledger.window_detail(window)
     if record is None or ledger.window_state(window) != "committed":
         raise LookupError(f"window {window} is not committed")
+    if record.salvaged:  # stages raised and were skipped: nothing to re-derive them from
+        raise LookupError(f"window {window} was committed in salvage (stages that failed were skipped)")
     gm = ledger.model_at(model, window, outer_lr=cfg.outer_lr, codec=cfg.check.codec)
     if gm.base != record.base_fingerprint:
         raise ValueError(

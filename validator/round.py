@@ -124,6 +124,7 @@ def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
     if r.model.window != window:
         raise ValueError(f"the model is at window {r.model.window}, not {window}")
     timer, started = StageTimer(r.metrics), time.perf_counter()
+    skipped: list[str] | None = [] if salvage else None  # stages a salvaged window gave up
     seed = window_seed(r.cfg.secret, window)  # secret per window: held-out pages, samples, sketches
     r.events.publish("window_opened", window)
     with timer("fetch"):  # decoding overlaps the downloads
@@ -131,28 +132,29 @@ def run_window(r: Round, window: int, *, salvage: bool = False) -> WindowReport:
     r.hook("fetch", window)
     with timer("check"):
         peers, findings, reference = _stage(
-            salvage, "check", lambda: _check(r, window, peers, judged, seed), lambda: _unjudged(peers)
+            skipped, "check", lambda: _check(r, window, peers, judged, seed), lambda: _unjudged(peers)
         )
     r.hook("check", window)
     with timer("evaluate"):
         held, peers = _stage(
-            salvage, "evaluate", lambda: _evaluate(r, window, peers, seed, reference, started),
+            skipped, "evaluate", lambda: _evaluate(r, window, peers, seed, reference, started),
             lambda: (HeldOut(seed, (), math.nan), peers),
         )  # fmt: skip
         peers = recordable(peers, window)
     r.hook("evaluate", window)
     with timer("rate"):
         ratings, selection = _stage(
-            salvage, "rate", lambda: _rate(r, window, peers, findings),
+            skipped, "rate", lambda: _rate(r, window, peers, findings),
             lambda: (RatingState(r.ratings.peers, window), _NOTHING_SELECTED),
         )  # fmt: skip
         updates = {p.hotkey: p.update for p in peers if p.update is not None}
         chosen = [updates[h] for h in selection.gather]  # selection only picks valid peers
         digests = [u.digest for u in chosen]
     with timer("commit"):
+        header = _header(r, window, held.seed, timer.seconds, salvaged=bool(skipped))
         record = window_record(
-            _header(r, window, held.seed, timer.seconds), peers=peers, state=ratings, findings=findings,
-            selection=selection, aggregate_digests=digests, reference=reference, cfg=r.cfg.policy.rating,
+            header, peers=peers, state=ratings, findings=findings, selection=selection,
+            aggregate_digests=digests, reference=reference, cfg=r.cfg.policy.rating,
         )  # fmt: skip
         r.ledger.commit(record)
     r.hook("commit", window)
@@ -204,14 +206,16 @@ def _fetch_and_decode(r: Round, window: int, seed: str) -> tuple[list[PeerWindow
     return peers, judged
 
 
-def _stage(salvage: bool, stage: str, work: Callable[[], T], fallback: Callable[[], T]) -> T:
-    """`work()`; in a salvaged window, `fallback()` when it raises (logged with its traceback)."""
-    if not salvage:
+def _stage(skipped: list[str] | None, stage: str, work: Callable[[], T], fallback: Callable[[], T]) -> T:
+    """`work()`; in a salvaged window (`skipped` is a list), `fallback()` when it raises (logged
+    with its traceback, the stage named in `skipped` so the record says it was not computed)."""
+    if skipped is None:
         return work()
     try:
         return work()
     except Exception:  # the salvaged window's boundary: this stage is given up, the window goes on
         log.exception("stage_skipped", stage=stage)
+        skipped.append(stage)
         return fallback()
 
 
@@ -257,7 +261,7 @@ def _evaluate(
     return held, out
 
 
-def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> WindowRecord:
+def _header(r: Round, window: int, seed: str, timings: dict[str, float], *, salvaged: bool) -> WindowRecord:
     return WindowRecord(
         window=window,
         base_fingerprint=r.model.base,
@@ -266,6 +270,7 @@ def _header(r: Round, window: int, seed: str, timings: dict[str, float]) -> Wind
         code_version=r.cfg.code_version,
         start_block=r.cfg.window.first_block(window),
         timings=dict(timings),
+        salvaged=salvaged,
     )
 
 
