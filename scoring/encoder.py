@@ -200,6 +200,22 @@ def encode_submission(
     # the digest names the update, not its encoding: always over the `gauntlet/1` tensors (§7)
     positions = {name: c.idx for name, c in compressed.items()} if fmt == FORMAT_V2 else {}
     digest = payload_digest(canonical_tensors(tensors, positions))
+    return signed_file(tensors, digest, signer, window=window, uid=uid, base=base, cfg=cfg, fmt=fmt)
+
+
+def signed_file(
+    tensors: Mapping[str, np.ndarray],
+    digest: str,
+    signer: Signer,
+    *,
+    window: int,
+    uid: int,
+    base: str,
+    cfg: CodecConfig,
+    fmt: str,
+) -> bytes:
+    """`tensors` as a submission file: the signed metadata of DESIGN §4 over `digest`. The one place
+    that writes it; tools that re-sign someone's tensors (the sim's copiers, test fixtures) call it."""
     hotkey = signer.ss58_address
     metadata = {
         "format": fmt,
@@ -211,4 +227,4 @@ def encode_submission(
         "topk": str(cfg.topk),
         "signature": sign_hex(signer, signed_message(window, uid, hotkey, base, digest, fmt)),
     }
-    return save(tensors, metadata=metadata)
+    return save(dict(tensors), metadata=metadata)

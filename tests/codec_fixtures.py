@@ -6,12 +6,11 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
-from safetensors.numpy import save
 
 from scoring.decoder import Expected, Rejected, submission_digest
-from scoring.encoder import compress, encode_submission
-from scoring.signing import Signer, dev_keypair, sign_hex
-from scoring.wire import FORMAT_V2, CodecConfig, payload_digest, signed_message
+from scoring.encoder import compress, encode_submission, signed_file
+from scoring.signing import Signer, dev_keypair
+from scoring.wire import FORMAT_V2, CodecConfig, payload_digest
 
 SPEC: dict[str, tuple[int, ...]] = {
     "embed.weight": (97, 64),  # 6,208 values: one full chunk plus a tail
@@ -58,10 +57,4 @@ def sign_tensors(
         digest = submission_digest(tensors, spec, CFG, fmt)
     except Rejected:
         digest = payload_digest(tensors)
-    hotkey = signer.ss58_address
-    meta = {
-        "format": fmt, "window": str(window), "uid": str(uid), "hotkey": hotkey, "base": BASE,
-        "chunk": str(CFG.chunk), "topk": str(CFG.topk),
-        "signature": sign_hex(signer, signed_message(window, uid, hotkey, BASE, digest, fmt)),
-    }  # fmt: skip
-    return save(dict(tensors), metadata=meta)
+    return signed_file(tensors, digest, signer, window=window, uid=uid, base=BASE, cfg=CFG, fmt=fmt)

@@ -22,11 +22,11 @@ import safetensors.numpy
 import torch
 
 from scoring.decoder import read_format, submission_digest
-from scoring.encoder import compress, pack_tensors
+from scoring.encoder import compress, pack_tensors, signed_file
 from scoring.model import param_spec
-from scoring.signing import Signer, dev_keypair, sign_hex
+from scoring.signing import Signer, dev_keypair
 from scoring.types import ParamSpec
-from scoring.wire import FORMAT, CodecConfig, max_submission_bytes, payload_digest, signed_message
+from scoring.wire import FORMAT, CodecConfig, max_submission_bytes, payload_digest
 from validator.commitments import StorageLocation
 from validator.demo import DemoRunner
 from validator.objstore import object_key, publish
@@ -173,9 +173,4 @@ def resign(
     """A `fmt` file of `tensors` signed by `p` for `window` (as encode_submission signs)."""
     codec = CodecConfig()
     digest = payload_digest(tensors) if spec is None else submission_digest(tensors, spec, codec, fmt)
-    meta = {
-        "format": fmt, "window": str(window), "uid": str(p.uid), "hotkey": p.hotkey, "base": base,
-        "chunk": str(codec.chunk), "topk": str(codec.topk),
-        "signature": sign_hex(p.signer, signed_message(window, p.uid, p.hotkey, base, digest, fmt)),
-    }  # fmt: skip
-    return safetensors.numpy.save(dict(tensors), metadata=meta)
+    return signed_file(tensors, digest, p.signer, window=window, uid=p.uid, base=base, cfg=codec, fmt=fmt)

@@ -11,10 +11,10 @@ import torch
 
 from scoring.data import batches
 from scoring.decoder import Expected, Rejected, decode_submission, submission_digest
+from scoring.encoder import signed_file
 from scoring.model import param_spec
-from scoring.signing import sign_hex
 from scoring.train import train_inner
-from scoring.wire import FORMAT_V2, payload_digest, signed_message
+from scoring.wire import FORMAT_V2, payload_digest
 from validator.sim.context import PeerContext
 
 HONEST_DELAY_S = 5.0
@@ -28,14 +28,10 @@ def resign(ctx: PeerContext, tensors: Mapping[str, np.ndarray]) -> bytes:
         digest = submission_digest(tensors, param_spec(ctx.model), ctx.tools.codec, FORMAT_V2)
     except Rejected:  # a stream that does not decode: refused before its signature is looked at
         digest = payload_digest(tensors)
-    meta = {
-        "format": FORMAT_V2, "window": str(ctx.window), "uid": str(ctx.uid), "hotkey": ctx.hotkey,
-        "base": ctx.base, "chunk": str(ctx.tools.codec.chunk), "topk": str(ctx.tools.codec.topk),
-        "signature": sign_hex(
-            ctx.signer, signed_message(ctx.window, ctx.uid, ctx.hotkey, ctx.base, digest, FORMAT_V2)
-        ),
-    }  # fmt: skip
-    return safetensors.numpy.save(dict(tensors), metadata=meta)
+    return signed_file(
+        tensors, digest, ctx.signer, window=ctx.window, uid=ctx.uid, base=ctx.base, cfg=ctx.tools.codec,
+        fmt=FORMAT_V2,
+    )  # fmt: skip
 
 
 def first_loadable(files: list[bytes]) -> dict[str, np.ndarray] | None:
