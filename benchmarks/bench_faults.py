@@ -50,7 +50,7 @@ from tests.poison_fixtures import (  # noqa: E402
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database  # noqa: E402
 from tests.test_round_restart import comparable  # noqa: E402
 from validator.logs import configure_logging  # noqa: E402
-from validator.round import Judging, Round  # noqa: E402
+from validator.round.loop import Judging, Round  # noqa: E402
 from validator.service import serve  # noqa: E402
 
 

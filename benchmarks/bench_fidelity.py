@@ -36,10 +36,10 @@ for _key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
 import torch  # noqa: E402
 
 from scoring.corpus import generate_corpus  # noqa: E402
-from validator.demo import DemoConfig, DemoRunner  # noqa: E402
-from validator.demo_summary import DemoSummary  # noqa: E402
-from validator.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
-from validator.sim.plugins import parse_peers  # noqa: E402
+from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
+from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
+from validator.demo.sim.plugins import parse_peers  # noqa: E402
+from validator.demo.summary import DemoSummary  # noqa: E402
 
 WARMUP = 3
 HONEST = "honest:4"

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import pytest
 
-from validator.cli import main
+from validator.cli.main import main
 
 
 class Result(NamedTuple):

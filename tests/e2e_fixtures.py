@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.records import WindowRecord
-from validator.demo import DemoConfig, DemoRunner
-from validator.round import WindowReport
-from validator.sim.plugins import parse_peers
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
+from validator.round.loop import WindowReport
 
 SCENARIO = "honest:4,lazy:1,copycat:1,replay:1,noise:1,scaled:1,stale:1,late:1,malformed:1,free_rider:1"
 WINDOWS = 6

@@ -20,9 +20,9 @@ from sqlalchemy import Engine, text
 from scoring.signing import dev_keypair
 from storage.records import WindowRecord
 from tests.storage_fixtures import pg_cluster, wait_for_postgres
-from validator.demo import DemoConfig, DemoRunner
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
 from validator.events import EVENTS_CHANNEL
-from validator.sim.plugins import parse_peers
 
 SCENARIO = "honest:3,lazy:1,malformed:1"
 FIRST = 1

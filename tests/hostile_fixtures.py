@@ -27,9 +27,9 @@ from scoring.model import param_spec
 from scoring.signing import Signer, dev_keypair
 from scoring.types import ParamSpec
 from scoring.wire import FORMAT, CodecConfig, max_submission_bytes, payload_digest
-from validator.commitments import StorageLocation
-from validator.demo import DemoRunner
-from validator.objstore import object_key, publish
+from validator.demo.runner import DemoRunner
+from validator.stores.commitments import StorageLocation
+from validator.stores.objstore import object_key, publish
 
 KINDS = ("oversized", "garbage", "nan_lut", "copy", "replay", "wrong_window")
 EXPECTED = {

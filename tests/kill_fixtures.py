@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.fault_fixtures import REPO, reconnect
-from validator.demo import DemoRunner
+from validator.demo.runner import DemoRunner
 
 GAUNTLET = REPO / ".venv" / "bin" / "gauntlet"
 

@@ -20,11 +20,11 @@ from scoring.signing import dev_keypair
 from scoring.types import DecodeResult, ParamSpec
 from scoring.wire import CodecConfig
 from tests.hostile_fixtures import HostilePeer, resign
-from validator.checking import Decoder
-from validator.commitments import StorageLocation
-from validator.demo import DemoRunner
-from validator.evaluation import Evaluator
-from validator.objstore import object_key, publish
+from validator.demo.runner import DemoRunner
+from validator.round.checking import Decoder
+from validator.round.evaluation import Evaluator
+from validator.stores.commitments import StorageLocation
+from validator.stores.objstore import object_key, publish
 
 
 def raising_decoder(bad: Collection[str]) -> Decoder:

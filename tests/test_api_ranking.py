@@ -11,7 +11,7 @@ import httpx
 from scoring.ranking import PeerRating, RatingState
 from storage.queries import rank_key
 from tests.api_fixtures import TIED, TIED_ORDER, config_for, run_server, tied_database
-from validator.demo_summary import DemoSummary, leaderboard_lines
+from validator.demo.summary import DemoSummary, leaderboard_lines
 
 
 def test_the_api_ranks_ties_by_ordinal_then_uid(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "validator": {"api"},
 }
 # The CLI is the one place that wires every part together, the API server included.
-ENTRY_POINTS = {"validator/cli.py", "validator/cli_api.py"}
+ENTRY_POINTS = {"validator/cli/main.py", "validator/cli/api.py"}
 MAX_LINES = 300
 
 

@@ -9,8 +9,8 @@ import bittensor as bt
 import pytest
 
 from tests.fake_substrate import GENESIS_MS, FakeSubstrate
-from validator.chain import Chain, Neuron, WindowConfig, first_block, window_of
-from validator.subtensor_chain import SubtensorChain, SubtensorChainConfig
+from validator.chain.protocol import Chain, Neuron, WindowConfig, first_block, window_of
+from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
 
 NETUID = 3
 PEER = "5FHneW46xGXgs5mUiveU4sbTyGBzmstUspZC92UhjJM694ty"

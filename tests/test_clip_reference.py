@@ -6,8 +6,8 @@ import torch
 
 from scoring.ranking import PeerRating, RatingConfig, RatingState, proven
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
-from validator.checking import CheckConfig, clip_reference, proven_peers
-from validator.outcomes import PeerTarget, PeerWindow
+from validator.round.checking import CheckConfig, clip_reference, proven_peers
+from validator.round.outcomes import PeerTarget, PeerWindow
 
 
 def _peer(hotkey: str, scale: float) -> PeerWindow:

@@ -19,9 +19,9 @@ from scoring.signing import Signer, dev_keypair
 from scoring.types import Reason, SparseUpdate, Verdict
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
-from validator.checking import CheckConfig, check_window
-from validator.objstore import FetchResult
-from validator.outcomes import PeerTarget, PeerWindow
+from validator.round.checking import CheckConfig, check_window
+from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.stores.objstore import FetchResult
 
 OTHER = dev_keypair("//gauntlet-test-replayer")
 Tensors = dict[str, np.ndarray]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from validator.commitments import (
+from validator.stores.commitments import (
     LocationError,
     LocationPolicy,
     StorageLocation,

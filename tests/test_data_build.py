@@ -133,7 +133,7 @@ def test_build_refusals_are_one_line(
 
 def test_progress_counts_every_input_byte(tmp_path: Path, inputs: Path, tokenizer_json: Path) -> None:
     """The bar's total is the inputs' size; the build advances it to (about) that total."""
-    from validator.data_build import BuildConfig, build_dataset, input_files, load_tokenizer
+    from validator.cli.data_build import BuildConfig, build_dataset, input_files, load_tokenizer
 
     files = input_files([inputs])
     seen: list[int] = []

@@ -14,7 +14,7 @@ from storage import migrate
 from tests.api_fixtures import free_port
 from tests.cli_fixtures import call, clean_env
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
-from validator.local_chain import LocalChain, LocalChainConfig
+from validator.chain.local import LocalChain, LocalChainConfig
 from validator.settings import Settings
 
 __all__ = ["clean_env"]  # the fixture, used by name

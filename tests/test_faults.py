@@ -40,10 +40,10 @@ from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, rss_sampled
 from tests.kill_fixtures import run_with_kills
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from tests.test_round_restart import comparable
-from validator import cli_ops
-from validator.chain import Chain, Neuron, WeightOutcome
-from validator.demo import DemoRunner
-from validator.local_chain import LocalChain, LocalChainConfig
+from validator.chain.local import LocalChain, LocalChainConfig
+from validator.chain.protocol import Chain, Neuron, WeightOutcome
+from validator.cli import ops as cli_ops
+from validator.demo.runner import DemoRunner
 from validator.settings import Settings
 
 WINDOWS = range(FIRST, FIRST + 4)

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from validator.commitments import LocationPolicy
 from validator.settings import Settings
+from validator.stores.commitments import LocationPolicy
 from validator.wiring import fetch_config
 
 

@@ -12,10 +12,10 @@ import pytest
 from scoring.data import window_seed
 from scoring.types import Reason
 from tests.fake_s3 import BlackHole, FakeObject, FakeS3, black_hole, serving
-from validator.commitments import StorageLocation
-from validator.fetching import fetch_window
-from validator.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, fetch_order, object_key
-from validator.outcomes import PeerTarget
+from validator.fetch.fetching import fetch_window
+from validator.round.outcomes import PeerTarget
+from validator.stores.commitments import StorageLocation
+from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, fetch_order, object_key
 
 T0 = time.time() - 10  # the put window opened ten seconds ago
 WINDOW = 9

@@ -1,7 +1,7 @@
 import pytest
 
-from validator.fidelity import average_ranks, honest_spearman, spearman
-from validator.sim.behaviours import BUILTIN, HONEST_CONTRIBUTION
+from validator.demo.fidelity import average_ranks, honest_spearman, spearman
+from validator.demo.sim.behaviours import BUILTIN, HONEST_CONTRIBUTION
 
 
 def test_average_ranks_share_ties() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from validator.commitments import LocationError, LocationPolicy, parse_location
+from validator.stores.commitments import LocationError, LocationPolicy, parse_location
 
 
 @pytest.mark.parametrize("suffix", ["amazonaws.com", ".amazonaws.com", "AMAZONAWS.COM."])

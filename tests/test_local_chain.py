@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from validator.chain import Chain, Neuron, WeightOutcome
-from validator.local_chain import LocalChain, LocalChainConfig, WeightSet
+from validator.chain.local import LocalChain, LocalChainConfig, WeightSet
+from validator.chain.protocol import Chain, Neuron, WeightOutcome
 
 
 def make(tmp_path: Path, **kwargs: object) -> LocalChain:

@@ -15,8 +15,9 @@ import pytest
 
 from scoring.types import Reason
 from tests.seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedServer, weed_binary
-from validator.commitments import LocationPolicy, StorageLocation, parse_location
-from validator.objstore import (
+from validator.fetch.peer_fetch import read_stream
+from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
+from validator.stores.objstore import (
     FetchConfig,
     Fetcher,
     FetchRequest,
@@ -25,7 +26,6 @@ from validator.objstore import (
     object_key,
     publish,
 )
-from validator.peer_fetch import read_stream
 
 T0 = 1_700_000_000.0
 CONFIG = FetchConfig(

@@ -80,7 +80,7 @@ def test_weights_follow_the_ranking(scenario: ScenarioRun) -> None:
 
 
 def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> None:
-    from validator.replay import replay_window
+    from validator.round.replay import replay_window
     from validator.wiring import load_model, round_config
 
     runner = scenario.runner

@@ -21,12 +21,12 @@ from rich.traceback import Traceback
 from scoring.clipping import median_norms
 from scoring.types import Reason
 from tests.poison_fixtures import raising_decoder, raising_evaluator, random_file, register, upload
-from validator.demo import DemoConfig, DemoRunner
-from validator.global_model import GlobalModel
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
 from validator.logs import configure_logging
-from validator.round import Judging, Round, run_window
+from validator.round.loop import Judging, Round, run_window
 from validator.service import serve
-from validator.sim.plugins import parse_peers
+from validator.state.global_model import GlobalModel
 
 CANARY = "canary-7f3e9d1c-validator-secret"
 Logs = Callable[[], list[dict[str, Any]]]

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-import validator.round as round_module
-from validator.demo import DemoConfig, DemoRunner
-from validator.replay import replay_window
-from validator.round import run_window
-from validator.sim.plugins import parse_peers
+import validator.round.loop as round_module
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
+from validator.round.loop import run_window
+from validator.round.replay import replay_window
 from validator.wiring import load_model, round_config
 
 

@@ -11,12 +11,12 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.commitments import LocationPolicy, StorageLocation
-from validator.fetching import fetch_requests, fetch_window
-from validator.objstore import FetchConfig, Fetcher, FetchStatus, classify, object_key
-from validator.outcomes import PeerTarget
+from validator.fetch.fetching import fetch_requests, fetch_window
+from validator.fetch.sightings import Sighting, Sightings
+from validator.round.outcomes import PeerTarget
 from validator.settings import Settings
-from validator.sightings import Sighting, Sightings
+from validator.stores.commitments import LocationPolicy, StorageLocation
+from validator.stores.objstore import FetchConfig, Fetcher, FetchStatus, classify, object_key
 from validator.wiring import fetch_config
 
 CONFIG = FetchConfig(put_window_s=70.0, grace_s=5.0)

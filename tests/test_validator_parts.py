@@ -17,15 +17,15 @@ from scoring.ranking import PeerRating, RatingState
 from scoring.signing import dev_keypair
 from scoring.weights import RankWeights
 from storage.records import WeightSetRecord
-from validator.chain import WeightOutcome
-from validator.commitments import StorageLocation
+from validator.chain.protocol import WeightOutcome
+from validator.demo.sim.behaviours import BUILTIN
+from validator.demo.sim.plugins import load_plugin, parse_peers
 from validator.events import EVENTS_CHANNEL, LeaderLock, RedisEvents, connect
 from validator.metrics import Metrics
-from validator.publishing import SelectionPublisher, selection_key, verify_selection
+from validator.round.publishing import SelectionPublisher, selection_key, verify_selection
+from validator.round.weighing import Weigher
 from validator.settings import Settings, to_toml
-from validator.sim.behaviours import BUILTIN
-from validator.sim.plugins import load_plugin, parse_peers
-from validator.weighing import Weigher
+from validator.stores.commitments import StorageLocation
 
 REDIS = "redis://127.0.0.1:6379/0"
 DEAD_REDIS = "redis://127.0.0.1:1/0"
@@ -163,8 +163,8 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
     import threading
 
     from tests.codec_fixtures import SPEC, make_file
-    from validator.checking import CheckConfig, EagerDecoder, file_judge
-    from validator.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
+    from validator.round.checking import CheckConfig, EagerDecoder, file_judge
+    from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
 
     location = StorageLocation(scheme="file", path=str(tmp_path / "store"))
     hotkeys = [f"peer{i}" for i in range(4)]

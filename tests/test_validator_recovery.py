@@ -15,16 +15,16 @@ from scoring.types import Reason, SparseParam, SparseUpdate, SubmissionMeta
 from scoring.wire import CodecConfig
 from tests.e2e_fixtures import clear_gauntlet_env
 from tests.storage_fixtures import make_window
-from validator.checking import CheckConfig, reject_norm_outliers
-from validator.commitments import LocationPolicy
-from validator.demo import DemoConfig, DemoRunner
-from validator.fetching import read_targets
-from validator.ledger import CommittedElsewhere
-from validator.local_chain import LocalChain, LocalChainConfig
-from validator.outcomes import PeerTarget, PeerWindow
+from validator.chain.local import LocalChain, LocalChainConfig
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
+from validator.fetch.fetching import read_targets
+from validator.round.checking import CheckConfig, reject_norm_outliers
+from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.service import serve
 from validator.settings import Settings
-from validator.sim.plugins import parse_peers
+from validator.state.ledger import CommittedElsewhere
+from validator.stores.commitments import LocationPolicy
 from validator.wiring import open_ledger
 
 SMALL = ModelConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=48, max_seq_len=32)
@@ -93,7 +93,7 @@ def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:
 
 
 def test_only_trusted_storage_providers_when_configured() -> None:
-    from validator.commitments import LocationError, parse_location
+    from validator.stores.commitments import LocationError, parse_location
 
     policy = LocationPolicy(allowed_host_suffixes=(".r2.cloudflarestorage.com",))
     assert parse_location("https://acct.r2.cloudflarestorage.com/bucket", policy).host.endswith(
@@ -125,8 +125,8 @@ def test_config_show_masks_the_selection_bucket_credentials() -> None:
 
 def test_a_peer_whose_records_cannot_be_built_is_internal_error_not_a_failed_commit() -> None:
     from scoring.loss_score import PeerEval
-    from validator.objstore import FetchResult
-    from validator.recording import recordable, submission_record
+    from validator.round.recording import recordable, submission_record
+    from validator.stores.objstore import FetchResult
 
     far = PeerWindow(
         PeerTarget(1, "far", None), "ok", fetch=FetchResult("far", "ok", size=9, last_modified=1e300)

@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import structlog
 
-from validator.chain import BLOCK_SECONDS
-from validator.round import Round, run_window
+from validator.chain.protocol import BLOCK_SECONDS
+from validator.round.loop import Round, run_window
 
 log = structlog.get_logger(__name__)
 

@@ -24,19 +24,19 @@ from scoring.wire import CodecConfig, max_submission_bytes
 from storage import migrate
 from storage.archive import ArchiveConfig, BlobStore, LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from storage.db import make_engine
-from validator.chain import BLOCK_SECONDS, Chain, WindowConfig
-from validator.checking import CheckConfig
-from validator.commitments import LocationPolicy, StorageLocation, parse_location
-from validator.evaluation import EvalConfig
+from validator.chain.protocol import BLOCK_SECONDS, Chain, WindowConfig
 from validator.events import LeaderLock, NullEvents, RedisEvents, connect
-from validator.ledger import Ledger
 from validator.metrics import Metrics
-from validator.objstore import FetchConfig, Fetcher, open_store
-from validator.policy import PolicyConfig
-from validator.publishing import SelectionPublisher
-from validator.round import Round, RoundConfig, no_hook
+from validator.round.checking import CheckConfig
+from validator.round.evaluation import EvalConfig
+from validator.round.loop import Round, RoundConfig, no_hook
+from validator.round.policy import PolicyConfig
+from validator.round.publishing import SelectionPublisher
+from validator.round.weighing import Weigher
 from validator.settings import Settings
-from validator.weighing import Weigher
+from validator.state.ledger import Ledger
+from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
+from validator.stores.objstore import FetchConfig, Fetcher, open_store
 
 
 def code_version() -> str:

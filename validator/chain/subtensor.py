@@ -1,0 +1,142 @@
+"""`Chain` over the bittensor SDK (11.x): a blocking `bt.Subtensor` and the validator's hotkey.
+
+The SDK does the chain-specific work: `SetWeights` conforms weights to the subnet's limits,
+quantizes them to u16, preflights registration and the rate limit, and picks the plaintext or
+the timelocked commit-reveal extrinsic. Its errors are surfaced in `WeightOutcome.message`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import bittensor as bt
+
+from validator.chain.protocol import Neuron, WeightOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class SubtensorChainConfig:
+    """Which network and subnet, which wallet signs, and how weights are submitted."""
+
+    network: str = "finney"
+    netuid: int = 3
+    wallet_name: str = "default"
+    hotkey_name: str = "default"
+    wallet_path: str | None = None  # None: the SDK default, ~/.bittensor/wallets
+    version_key: int = 0
+    weight_retries: int = 2  # resubmits on transient pool rejections (the SDK's `retries`)
+    wait_for_finalization: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.network:
+            raise ValueError("network must be a name (finney/test/local) or a ws(s):// URL")
+        if not 0 <= self.netuid < 65536:
+            raise ValueError(f"netuid must be in 0..65535, got {self.netuid}")
+        if not self.wallet_name or not self.hotkey_name:
+            raise ValueError("wallet_name and hotkey_name must be non-empty")
+        if self.version_key < 0 or self.weight_retries < 0:
+            raise ValueError("version_key and weight_retries must be >= 0")
+
+
+def open_wallet(config: SubtensorChainConfig) -> Any:
+    """The configured `bt.Wallet` (keys are read lazily by the SDK)."""
+    if config.wallet_path is None:
+        return bt.Wallet(config.wallet_name, config.hotkey_name)
+    return bt.Wallet(config.wallet_name, config.hotkey_name, path=config.wallet_path)
+
+
+class SubtensorChain:
+    """The production `Chain`. Pass `client` (e.g. `bt.Subtensor(net, substrate=fake)`) to inject."""
+
+    def __init__(self, config: SubtensorChainConfig, *, client: Any = None, wallet: Any = None) -> None:
+        self.config = config
+        self._client: Any = client if client is not None else bt.Subtensor(config.network)
+        self._wallet: Any = wallet if wallet is not None else open_wallet(config)
+        # Read the hotkey now so a missing or unreadable key fails at startup, not at weight time.
+        self.hotkey: str = str(self._wallet.hotkey.ss58_address)
+        self.signer: Any = self._wallet.hotkey  # a Keypair: signs the published selection
+
+    def block(self) -> int:
+        return int(self._client.block)
+
+    def block_timestamp(self, block: int) -> float:
+        return float(self._client.timestamp(block).timestamp())
+
+    def wait_for_block(self, block: int, timeout: float) -> int:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        # The SDK raises asyncio.TimeoutError, which is the builtin TimeoutError on 3.11.
+        header = self._client.wait_for_block(block, timeout=timeout)
+        return int(header.number)
+
+    def neurons(self) -> list[Neuron]:
+        graph = self._client.subnets.metagraph(self.config.netuid, commitments=False)
+        if graph is None:
+            raise LookupError(f"subnet {self.config.netuid} does not exist on {self.config.network}")
+        return [
+            Neuron(
+                uid=int(n.uid),
+                hotkey=str(n.hotkey),
+                stake=float(n.total_stake.amount),  # alpha on subnets, TAO on root
+                validator_permit=bool(n.validator_permit),
+            )
+            for n in graph.neurons
+        ]
+
+    def commitments(self) -> dict[str, str]:
+        """Visible commitments of registered hotkeys (sealed or deregistered ones are left out)."""
+        rows = self._client.subnets.commitments(self.config.netuid)
+        out: dict[str, str] = {}
+        for hotkey, row in rows.items():
+            value = row.value
+            if row.uid is not None and row.is_revealed and isinstance(value, str) and value:
+                out[str(hotkey)] = value
+        return out
+
+    def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
+        try:
+            intent = bt.SetWeights(
+                netuid=self.config.netuid,
+                weights={int(uid): float(w) for uid, w in weights.items()},
+                version_key=self.config.version_key,
+            )
+            result = self._client.execute(
+                intent,
+                self._wallet,
+                retries=self.config.weight_retries,
+                wait_for_inclusion=True,
+                wait_for_finalization=self.config.wait_for_finalization,
+            )
+        except bt.BittensorError as error:
+            # Preflight refusals (rate limit, not registered, all-zero weights) and RPC failures.
+            return WeightOutcome(False, f"{type(error).__name__}: {error}", self._block_or_unknown())
+        return WeightOutcome(bool(result.success), _describe(result), self._block_or_unknown())
+
+    def close(self) -> None:
+        """Close the SDK client and its private event loop."""
+        self._client.close()
+        # bittensor 11.3's SyncClient stops its loop thread but never closes the loop, which leaks
+        # the loop's self-pipe (a ResourceWarning); close it once the thread has stopped.
+        runner = getattr(self._client, "_loop_thread", None)
+        loop = getattr(runner, "_loop", None)
+        if loop is not None and not loop.is_running() and not loop.is_closed():
+            loop.close()
+
+    def _block_or_unknown(self) -> int:
+        """The head block for the outcome record, or -1 when the chain cannot be read."""
+        try:
+            return self.block()
+        except bt.BittensorError:
+            return -1
+
+
+def _describe(result: Any) -> str:
+    """The SDK's message, plus the extrinsic id and the reveal round of a timelocked commit."""
+    parts = [str(result.message or ("ok" if result.success else "failed"))]
+    if result.extrinsic_id:
+        parts.append(f"extrinsic {result.extrinsic_id}")
+    reveal_round = (result.data or {}).get("reveal_round")
+    if reveal_round is not None:
+        parts.append(f"commit-reveal round {reveal_round}")
+    return "; ".join(parts)

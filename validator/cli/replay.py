@@ -1,0 +1,62 @@
+"""`gauntlet replay WINDOW`: stored vs recomputed per peer; exit 0 when identical, 1 otherwise."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from sqlalchemy.exc import SQLAlchemyError
+
+from validator.cli.common import check_model_path, db_error, fail, open_dataset
+from validator.cli.ops import load_settings, require_database
+from validator.round.replay import FIELDS, ReplayRow, replay_window
+from validator.wiring import load_model, open_ledger, round_config
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "-" if v is None else str(v)
+
+
+def _table(rows: list[ReplayRow], tolerance: float) -> list[str]:
+    lines = [f"{'uid':>4} {'hotkey':<12} " + " ".join(f"{f:>22}" for f in FIELDS)]
+    for r in rows:
+        diff = set(r.differences(tolerance))
+        cells = []
+        for f in FIELDS:
+            a, b = _fmt(r.stored.get(f)), _fmt(r.recomputed.get(f))
+            cells.append(f"{(a + ' ≠ ' + b) if f in diff else a:>22}")
+        lines.append(f"{r.uid:>4} {r.hotkey[:12]:<12} " + " ".join(cells))
+    return lines
+
+
+def replay(
+    window: Annotated[int, typer.Argument(min=0, help="A committed window")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of a table")] = False,
+    tolerance: Annotated[float, typer.Option(help="Relative float tolerance (0: bit-exact, for CPU)")] = 0.0,
+) -> int:
+    """Recompute a committed window from stored inputs and show any difference."""
+    s = load_settings()
+    require_database(s)
+    dataset = open_dataset(s)  # the evaluation pages are redrawn from it
+    check_model_path(s)
+    try:
+        rows = replay_window(
+            window, ledger=open_ledger(s, migrate_to_head=False), model=load_model(s, dataset),
+            dataset=dataset, cfg=round_config(s),
+        )  # fmt: skip
+    except SQLAlchemyError as e:
+        fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
+    except (LookupError, ValueError) as e:  # not committed, not at head, or a base that does not rebuild
+        fail(str(e))
+    differing = [r for r in rows if r.differences(tolerance)]
+    if as_json:
+        out = [{"hotkey": r.hotkey, "uid": r.uid, "stored": r.stored, "recomputed": r.recomputed,
+                "differs": r.differences(tolerance)} for r in rows]  # fmt: skip
+        typer.echo(json.dumps({"window": window, "identical": not differing, "peers": out}))
+    else:
+        typer.echo("\n".join(_table(rows, tolerance)))
+        typer.echo(f"window {window}: {'identical' if not differing else f'{len(differing)} peers differ'}")
+    return 1 if differing else 0

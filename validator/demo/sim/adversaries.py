@@ -1,0 +1,148 @@
+"""Adversaries beyond the demo's first set (issue 12): copies that dodge the overlap test, split and
+stale work, colluding and poisoning directions, and sandbagging. Each sends something that scores
+a small positive gain, which is what made them dangerous to an equal-weight aggregate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from validator.demo.sim.context import PeerContext, Submission
+from validator.demo.sim.craft import (
+    COPY_DELAY_S,
+    HONEST_DELAY_S,
+    decoded_others,
+    direction,
+    first_loadable,
+    resign,
+    total_norm,
+    train_partial,
+)
+
+
+@dataclass(frozen=True)
+class NoisyCopy:
+    """Another peer's update plus noise at half each chunk's RMS, compressed again (overlap ≈ 0.3)."""
+
+    name: str = "noisy_copy"
+    order: int = 1
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        others = decoded_others(ctx)
+        if not others:
+            return None
+        g = torch.Generator().manual_seed(ctx.window * 31 + ctx.uid)
+        noisy = {}
+        for n, t in others[0].items():
+            kept = t[t != 0]
+            rms = float(kept.norm()) / max(kept.numel(), 1) ** 0.5
+            noisy[n] = t + torch.randn(t.shape, generator=g) * 0.5 * rms
+        return Submission(ctx.encode(noisy, feedback=False), COPY_DELAY_S)
+
+
+@dataclass(frozen=True)
+class Blend:
+    """The average of two other peers' updates."""
+
+    name: str = "blend"
+    order: int = 1
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        others = decoded_others(ctx)
+        if len(others) < 2:
+            return None
+        mixed = {n: (others[0][n] + others[1][n]) / 2 for n in others[0]}
+        return Submission(ctx.encode(mixed, feedback=False), COPY_DELAY_S)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Two identities, one update: the first trains and sends half its chunks, the second the rest."""
+
+    name: str = "split"
+    order: int = 0
+    pending: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, compare=False, repr=False)
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        other_half = self.pending.pop(ctx.window, None)
+        if other_half is not None:
+            return Submission(ctx.encode(other_half, feedback=False), HONEST_DELAY_S)
+        delta = ctx.train()
+        first, second = {}, {}
+        for n, t in delta.items():
+            mask = (torch.arange(t.numel()) // 4096 % 2 == 0).view(t.shape)
+            first[n], second[n] = t * mask, t * ~mask
+        self.pending[ctx.window] = second
+        return Submission(ctx.encode(first, feedback=False), HONEST_DELAY_S)
+
+
+@dataclass(frozen=True)
+class StaleCopy:
+    """Sends another peer's update of the previous window, a few codes changed so the digest differs."""
+
+    name: str = "stale_copy"
+    order: int = 1
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        previous: dict[str, Any] | None = ctx.memory.get("previous")
+        ctx.memory["previous"] = first_loadable([d for h, d in ctx.published.items() if h != ctx.hotkey])
+        if previous is None:
+            return None
+        rng = np.random.default_rng(ctx.window)
+        tensors = dict(previous)
+        for name in [n for n in tensors if n.endswith(".val")]:
+            codes = tensors[name].copy()
+            codes[rng.random(codes.shape) < 0.01] ^= 0b01010101
+            tensors[name] = codes
+        return Submission(resign(ctx, tensors), HONEST_DELAY_S)
+
+
+@dataclass(frozen=True)
+class Collude:
+    """Honest training plus a hidden direction shared by every colluder, at half the update's norm,
+    with a little noise of its own."""
+
+    name: str = "collude"
+    order: int = 0
+    weight: float = 0.5
+    seed: int = 424242
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        delta = ctx.train()
+        size = total_norm(delta)
+        hidden, own = direction(ctx, self.seed), direction(ctx, self.seed + ctx.uid * 1000 + ctx.window)
+        out = {n: t + size * (self.weight * hidden[n] + 0.1 * own[n]) for n, t in delta.items()}
+        return Submission(ctx.encode(out), HONEST_DELAY_S)
+
+
+@dataclass(frozen=True)
+class Poison:
+    """Honest training plus one persistent direction at 10 % of the update's norm, every window."""
+
+    name: str = "poison"
+    order: int = 0
+    weight: float = 0.1
+    seed: int = 777
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        delta = ctx.train()
+        size, hidden = total_norm(delta), direction(ctx, self.seed)
+        return Submission(ctx.encode({n: t + size * self.weight * hidden[n] for n, t in delta.items()}))
+
+
+@dataclass(frozen=True)
+class Sandbag:
+    """A quarter of the training, rescaled to look like a full update."""
+
+    name: str = "sandbag"
+    order: int = 0
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        delta = train_partial(ctx, steps_fraction=0.25)
+        return Submission(ctx.encode({n: t * 4.0 for n, t in delta.items()}), HONEST_DELAY_S)
+
+
+ADVERSARIES = (NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag())

@@ -1,0 +1,83 @@
+"""Stage 1–2: who the peers are and where they publish, then every submission fetched concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from scoring.types import Reason
+from validator.chain.protocol import Chain
+from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.stores.commitments import LocationError, LocationPolicy, parse_location
+from validator.stores.objstore import Fetcher, FetchRequest, FetchResult, FetchStatus, object_key
+
+
+def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:
+    """Every registered neuron (but the validator itself) with its parsed storage location."""
+    commitments = chain.commitments()
+    return [
+        _target(n.uid, n.hotkey, commitments.get(n.hotkey), policy)
+        for n in chain.neurons()
+        if n.hotkey != exclude
+    ]
+
+
+def _target(uid: int, hotkey: str, text: str | None, policy: LocationPolicy) -> PeerTarget:
+    if text is None:
+        return PeerTarget(uid, hotkey, None, "no storage location committed", Reason.NO_LOCATION)
+    try:
+        object_key(0, hotkey)  # a hotkey that cannot name an object key has nothing we could fetch
+        return PeerTarget(uid, hotkey, parse_location(text, policy))
+    except LocationError as e:
+        return PeerTarget(
+            uid, hotkey, None, f"unusable commitment ({e.reason}): {e.detail}", Reason.BAD_LOCATION
+        )
+    except ValueError as e:
+        return PeerTarget(uid, hotkey, None, f"unusable hotkey: {e}", Reason.BAD_LOCATION)
+
+
+def fetch_window(
+    fetcher: Fetcher,
+    targets: Sequence[PeerTarget],
+    window: int,
+    put_start: float,
+    deadline_s: float,
+    on_result: Callable[[FetchResult], None] | None = None,
+    *,
+    seed: int | str | None = None,
+) -> list[PeerWindow]:
+    """One PeerWindow per target, in target order: ok with bytes, or missing/early/late with a reason.
+
+    `seed` (the window's secret seed) shuffles the fetch order. Upload times come from the polls
+    started at the previous window's fetch; this one starts those of window + 1, whose put window
+    opens about `window_s` after this one's (when the fetcher polls at all)."""
+    requests = fetch_requests(targets, window, put_start)
+    fetcher.retain({r.location for r in requests})
+    sightings = fetcher.observed(window)
+    fetched = (
+        asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result, seed=seed, sightings=sightings))
+        if requests
+        else []
+    )
+    next_start = put_start + fetcher.config.window_s
+    fetcher.watch(window + 1, fetch_requests(targets, window + 1, next_start), next_start)
+    results = {r.hotkey: r for r in fetched}
+    return [_peer_window(t, results.get(t.hotkey)) for t in targets]
+
+
+def fetch_requests(targets: Sequence[PeerTarget], window: int, put_start: float) -> list[FetchRequest]:
+    return [
+        FetchRequest(t.hotkey, t.location, object_key(window, t.hotkey), put_start)
+        for t in targets
+        if t.location is not None
+    ]
+
+
+def _peer_window(target: PeerTarget, result: FetchResult | None) -> PeerWindow:
+    if result is None:
+        return PeerWindow(target, "missing", target.reason or Reason.MISSING, target.problem)
+    if result.status == FetchStatus.OK:
+        return PeerWindow(target, "ok", None, "", result)
+    if result.status == FetchStatus.TOO_LARGE:
+        return PeerWindow(target, "invalid", Reason.TOO_LARGE, result.detail, result)
+    return PeerWindow(target, result.status, result.reason or result.status, result.detail, result)

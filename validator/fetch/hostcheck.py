@@ -1,0 +1,103 @@
+"""Which network addresses the validator may connect to on a peer's behalf (SSRF defence).
+
+A commitment names a host; the validator then makes requests to it from inside its own network.
+Three layers keep that from reaching internal services:
+- spelling: a host with a numeric-looking label in any base (`0x7f000001`, `127.0.0.0x1`, `2130706433`,
+  `0177.1`) is refused unless it is a canonical dotted quad (resolvers read such names as addresses);
+- resolution: a name is resolved and refused when any of its addresses is not public (loopback,
+  private, link-local, CGNAT, multicast, reserved, unspecified, IPv4-mapped private);
+- pinning: the request then goes to the address that was checked (`PinnedHost`), so a second DNS
+  answer (rebinding) is never used. Redirects are not followed at all (validator/fetch/peer_http.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass
+
+_NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class HostRefused(Exception):
+    """A host the validator will not connect to; `reason` is a stable short code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedHost:
+    """A host name and the one checked address every request to it goes to."""
+
+    host: str
+    address: str
+
+    @property
+    def url_host(self) -> str:
+        """The address as a URL's host part (IPv6 in brackets)."""
+        return f"[{self.address}]" if ":" in self.address else self.address
+
+
+def is_dotted_quad(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+def numeric_looking(host: str) -> bool:
+    """True when a label reads as a number in some base, which `inet_aton`-style parsers take for an
+    address; only the canonical dotted quad is an acceptable numeric host."""
+    return any(_NUMERIC_LABEL.fullmatch(label) for label in host.split(".")) and not is_dotted_quad(host)
+
+
+def is_public(address: IPAddress) -> bool:
+    """A globally routable unicast address; anything else is internal to someone."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return is_public(address.ipv4_mapped)
+    return address.is_global and not (
+        address.is_multicast or address.is_reserved or address.is_unspecified or address.is_loopback
+    )
+
+
+async def pin_host(host: str, port: int, *, allow_private: bool, timeout_s: float) -> PinnedHost:
+    """Resolve `host` and return one address to connect to; refuse it when any answer is not public.
+
+    Refusing on *any* internal answer (not only the first) closes the trick of a name that resolves
+    to both a public and an internal address."""
+    if numeric_looking(host):
+        raise HostRefused("bad_host", "not a canonical IPv4 address")
+    try:
+        literal: IPAddress | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    addresses = [literal] if literal is not None else await _resolve(host, port, timeout_s)
+    if not addresses:
+        raise HostRefused("unresolvable", "the storage host has no address")
+    if not allow_private and not all(is_public(a) for a in addresses):
+        raise HostRefused("private_host", "the storage host resolves to a non-public address")
+    return PinnedHost(host, str(addresses[0]))
+
+
+async def _resolve(host: str, port: int, timeout_s: float) -> list[IPAddress]:
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(timeout_s):
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, TimeoutError, UnicodeError) as error:
+        raise HostRefused(
+            "unresolvable", f"the storage host does not resolve ({type(error).__name__})"
+        ) from None
+    out: list[IPAddress] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])  # drop an IPv6 zone id
+        if address not in out:
+            out.append(address)
+    return out

@@ -1,0 +1,210 @@
+"""One peer's fetch, in two steps: a short HEAD that judges size and timing, then a budgeted GET.
+
+`file://` folders (the demo, tests) are read through obstore; S3 stores through `PeerHttp` (pinned,
+checked, no redirects). The timing evidence is the validator's own: a poller's first sighting of the
+version read (validator/fetch/sightings.py), or in a local subnet the folder's modification time, which
+the simulation writes from its own clock. The store's `Last-Modified` decides only when there is no
+observation at all. Details that could map the validator's network (error texts, timings) go to the
+log; results carry a reason code and a generic sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import obstore as obs
+import structlog
+from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
+from obstore.store import S3Store
+
+from scoring.types import Reason
+from validator.fetch.peer_http import ObjectHead, PeerHttp, StoreError, append_bounded, complete
+from validator.fetch.sightings import Sightings
+from validator.fetch.types import FetchConfig, FetchRequest, FetchResult, FetchStatus, classify, put_end
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
+    from obstore.store import ObjectStore
+
+log = structlog.get_logger(__name__)
+
+GENERIC = {
+    Reason.MISSING: "no submission in the store",
+    Reason.FETCH_FAILED: "the store could not be read",
+    Reason.BAD_LOCATION: "the storage host is refused (not a public address)",
+}
+TIMED_OUT = "the store did not answer within its time budget"
+
+
+@dataclass(frozen=True, slots=True)
+class Headed:
+    """A HEAD that found an acceptable object: what the GET needs."""
+
+    request: FetchRequest
+    head: ObjectHead
+    seen: FetchResult  # everything but the bytes
+
+
+async def head_step(
+    http: PeerHttp,
+    store: ObjectStore,
+    request: FetchRequest,
+    config: FetchConfig,
+    sightings: Sightings | None,
+) -> FetchResult | Headed:
+    """HEAD under `head_timeout_s` (a timeout is final); judge the size and the upload time."""
+    try:
+        async with asyncio.timeout(config.head_timeout_s):
+            head = await _retrying(lambda: _head(http, store, request), config)
+    except (StoreError, BaseError, OSError, TimeoutError) as error:
+        return _failure(request, error)
+    seen = FetchResult(
+        request.hotkey, FetchStatus.OK, size=head.size, etag=head.etag, last_modified=head.last_modified
+    )
+    if head.size > config.max_bytes:
+        return _final(
+            seen, FetchStatus.TOO_LARGE, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}"
+        )
+    status, first_seen, resolution = _timing(request, head, config, sightings)
+    seen = replace(seen, first_seen=first_seen, seen_resolution_s=resolution)
+    if status is None:
+        return _final(seen, FetchStatus.MISSING, Reason.FETCH_FAILED, "the store gave no upload time")
+    if status != FetchStatus.OK:
+        return _final(seen, status, status, f"{status}: outside the put window")
+    return Headed(request, head, seen)
+
+
+async def get_step(
+    http: PeerHttp, store: ObjectStore, headed: Headed, config: FetchConfig, sightings: Sightings | None,
+    budget_s: float,
+) -> FetchResult:  # fmt: skip
+    """GET within `budget_s`; a changed object is HEADed and judged again (bounded retries)."""
+    request = headed.request
+    try:
+        async with asyncio.timeout(budget_s):
+            for attempt in range(config.retries + 1):
+                try:
+                    data = await _get(http, store, headed)
+                    return replace(headed.seen, data=data, fetched_at=time.time())
+                except (StoreError, BaseError, OSError) as error:
+                    if attempt == config.retries or not _transient(error):
+                        raise
+                    log.info("fetch_retry", hotkey=request.hotkey, error=_short(error))
+                await asyncio.sleep(config.retry_backoff_s * 2**attempt)
+                again = await head_step(http, store, request, config, sightings)
+                if isinstance(again, FetchResult):
+                    return again
+                headed = again
+    except (StoreError, BaseError, OSError, TimeoutError) as error:
+        return _failure(request, error)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def probe(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> str | None:
+    """The etag of the object there now, None when there is none (the poller's HEAD)."""
+    try:
+        return (await _head(http, store, request)).etag or ""
+    except FileNotFoundError:
+        return None
+
+
+def _timing(
+    request: FetchRequest, head: ObjectHead, config: FetchConfig, sightings: Sightings | None
+) -> tuple[str | None, float | None, float | None]:
+    """(status, first_seen, resolution); status None when there is no evidence at all."""
+    start = request.put_start
+    if request.location.is_file and head.last_modified is not None:
+        # a local subnet: the simulation stamps its own clock on the files it writes
+        return classify(head.last_modified, start, config), head.last_modified, 0.0
+    seen = sightings.lookup(request.hotkey, head.etag or "") if sightings is not None else None
+    if seen is not None:
+        return classify(seen.first_seen, start, config, seen.resolution_s), seen.first_seen, seen.resolution_s
+    answered = sightings.answered_until(request.hotkey) if sightings is not None else None
+    if answered is not None and answered > put_end(start, config):
+        return FetchStatus.LATE, None, None  # answered polls after the window closed never saw it
+    if head.last_modified is None:
+        return None, None, None
+    return classify(head.last_modified, start, config), None, None  # no observation: the store's clock
+
+
+async def _head(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> ObjectHead:
+    if not request.location.is_file:
+        return await http.head(request.location, _s3(store), request.key)
+    meta = await obs.head_async(store, request.key)
+    # microseconds, as storage keeps them: replay must see the same timestamps as the live round
+    modified = round(meta["last_modified"].timestamp(), 6)
+    return ObjectHead(int(meta["size"]), meta["e_tag"], meta["version"], modified)
+
+
+async def _get(http: PeerHttp, store: ObjectStore, headed: Headed) -> bytes:
+    request, head = headed.request, headed.head
+    if not request.location.is_file:
+        return await http.get(request.location, _s3(store), request.key, head)
+    options: GetOptions = {}
+    if head.etag:
+        options["if_match"] = head.etag  # the bytes we read are the object we classified
+    response = await obs.get_async(store, request.key, options=options)
+    return await read_stream(response, head.size)
+
+
+async def read_stream(response: Any, size: int, chunk_bytes: int = 8 << 20) -> bytes:
+    """Stream a body; stop as soon as it would exceed the size HEAD reported."""
+    buffer = bytearray()
+    async for chunk in response.stream(min_chunk_size=chunk_bytes):
+        append_bounded(buffer, memoryview(chunk), size)
+    return complete(buffer, size)
+
+
+async def _retrying(attempt: Callable[[], Awaitable[ObjectHead]], config: FetchConfig) -> ObjectHead:
+    """Fast transient failures (refused connection, 5xx) get `retries` more attempts; timeouts none."""
+    for n in range(config.retries + 1):
+        try:
+            return await attempt()
+        except (StoreError, BaseError, OSError) as error:
+            if n == config.retries or not _transient(error):
+                raise
+        await asyncio.sleep(config.retry_backoff_s * 2**n)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _transient(error: BaseException) -> bool:
+    if isinstance(error, StoreError):
+        return error.transient
+    if isinstance(error, FileNotFoundError | PermissionDeniedError | UnauthenticatedError | TimeoutError):
+        return False
+    return isinstance(error, BaseError | OSError)
+
+
+def _failure(request: FetchRequest, error: BaseException) -> FetchResult:
+    """The verdict for a failed fetch: a reason code and a generic sentence; the error to the log."""
+    if isinstance(error, FileNotFoundError):
+        return failed(request.hotkey, Reason.MISSING, GENERIC[Reason.MISSING])
+    log.info("fetch_failed", hotkey=request.hotkey, key=request.key, error=_short(error))
+    if isinstance(error, TimeoutError):
+        return failed(request.hotkey, Reason.FETCH_FAILED, TIMED_OUT)
+    reason = error.reason if isinstance(error, StoreError) else Reason.FETCH_FAILED
+    return failed(request.hotkey, reason, GENERIC.get(reason, GENERIC[Reason.FETCH_FAILED]))
+
+
+def failed(hotkey: str, reason: str, detail: str) -> FetchResult:
+    return FetchResult(hotkey, FetchStatus.MISSING, reason, detail, fetched_at=time.time())
+
+
+def _final(seen: FetchResult, status: str, reason: str, detail: str) -> FetchResult:
+    return replace(seen, status=status, reason=reason, detail=detail, fetched_at=time.time())
+
+
+def _s3(store: ObjectStore) -> S3Store:
+    if not isinstance(store, S3Store):
+        raise TypeError("an S3 location needs an S3 store")
+    return store
+
+
+def _short(error: BaseException) -> str:
+    """The first line of an error, bounded: obstore messages carry multi-line debug dumps."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text}"[:300]

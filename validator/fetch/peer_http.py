@@ -1,0 +1,211 @@
+"""HEAD and GET of one object in a peer's S3 bucket, over connections the validator controls.
+
+obstore's client follows redirects and resolves names on its own, so a peer's store could send the
+validator anywhere. Reads from peers go through httpx instead: the host is resolved and checked
+(validator/fetch/hostcheck.py), the connection goes to that checked address (TLS still verifies the
+certificate against the host name, through SNI), redirects are refused, compressed bodies are not
+decoded, and a body that arrives slower than a floor rate is abandoned. Requests are signed by
+obstore (presigned URLs) when the location carries credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from email.utils import parsedate_to_datetime
+from typing import Literal
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import obstore as obs
+from obstore.store import S3Store
+
+from scoring.types import Reason
+from validator.fetch.hostcheck import HostRefused, pin_host
+from validator.stores.commitments import StorageLocation
+
+
+class StoreError(Exception):
+    """A failed request: `reason` is the code the API shows, the message goes to logs only."""
+
+    def __init__(self, reason: str, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.transient = transient  # worth one more attempt (not a timeout: that costs a whole budget)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectHead:
+    size: int
+    etag: str | None
+    version: str | None
+    last_modified: float | None  # unix seconds, as the store reports it
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    connect_timeout_s: float = 5.0
+    min_bytes_per_s: float = 1 << 20  # a body slower than this (after the grace) is abandoned
+    rate_grace_s: float = 5.0
+    allow_private_hosts: bool = False  # tests and local subnets serve peers on 127.0.0.1
+    verify: ssl.SSLContext | bool = True  # certificate checks (a test CA in tests; never False in use)
+
+
+class PeerHttp:
+    """One httpx client for one event loop (`async with`), shared by every peer fetched in it."""
+
+    def __init__(self, limits: HttpLimits, connections: int = 100) -> None:
+        self.limits = limits
+        timeout = httpx.Timeout(limits.connect_timeout_s, read=limits.rate_grace_s)
+        pool = httpx.Limits(max_connections=max(connections, 1))
+        # trust_env=False: a proxy or netrc in the environment must not change where requests go
+        self._client = httpx.AsyncClient(
+            follow_redirects=False, timeout=timeout, limits=pool, trust_env=False, verify=limits.verify
+        )
+
+    async def __aenter__(self) -> PeerHttp:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.aclose()
+
+    async def head(self, location: StorageLocation, store: S3Store, key: str) -> ObjectHead:
+        async with self._request("HEAD", location, store, key, {}) as response:
+            return _parse_head(response)
+
+    async def get(self, location: StorageLocation, store: S3Store, key: str, head: ObjectHead) -> bytes:
+        """The object's bytes, pinned to the etag HEAD saw and cut at the size HEAD reported."""
+        headers = {"If-Match": head.etag} if head.etag else {}
+        async with self._request("GET", location, store, key, headers) as response:
+            return await self._read(response, head.size)
+
+    def _request(
+        self, method: Literal["HEAD", "GET"], location: StorageLocation, store: S3Store, key: str,
+        headers: dict[str, str],
+    ) -> _Exchange:  # fmt: skip
+        return _Exchange(self, method, location, store, key, headers)
+
+    async def _read(self, response: httpx.Response, size: int) -> bytes:
+        buffer = bytearray()
+        started = time.monotonic()
+        chunks = response.aiter_raw()
+        while True:
+            # wait no longer than the floor rate allows for what has arrived so far
+            allowed = max(self.limits.rate_grace_s, len(buffer) / self.limits.min_bytes_per_s)
+            try:
+                async with asyncio.timeout(max(0.0, started + allowed - time.monotonic())):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise StoreError(
+                    Reason.FETCH_FAILED, f"body slower than the floor rate at {len(buffer)} B"
+                ) from None
+            if len(buffer) + len(chunk) > size:
+                raise StoreError(
+                    Reason.FETCH_FAILED, f"body exceeds the {size} bytes HEAD reported", transient=True
+                )
+            buffer += chunk
+        if len(buffer) != size:
+            raise StoreError(
+                Reason.FETCH_FAILED, f"body ended at {len(buffer)} of {size} bytes", transient=True
+            )
+        return bytes(buffer)
+
+
+class _Exchange:
+    """Resolve, check, sign and send one request; yields the response with its body unread."""
+
+    def __init__(
+        self, http: PeerHttp, method: Literal["HEAD", "GET"], location: StorageLocation, store: S3Store,
+        key: str, headers: dict[str, str],
+    ) -> None:  # fmt: skip
+        self.http, self.method, self.location, self.store = http, method, location, store
+        self.key, self.headers = key, headers
+        self.response: httpx.Response | None = None
+
+    async def __aenter__(self) -> httpx.Response:
+        url, host_header, sni = await self._target()
+        request = self.http._client.build_request(
+            self.method, url, headers={"Host": host_header, "Accept-Encoding": "identity", **self.headers},
+            extensions={"sni_hostname": sni} if sni else {},
+        )  # fmt: skip
+        try:
+            self.response = await self.http._client.send(request, stream=True)
+        except httpx.TimeoutException:
+            raise TimeoutError(f"{self.method} timed out") from None
+        except httpx.HTTPError as error:
+            raise StoreError(
+                Reason.FETCH_FAILED, f"{type(error).__name__}: {error}", transient=True
+            ) from None
+        try:
+            _check_status(self.response)
+        except BaseException:
+            await self.response.aclose()  # __aexit__ will not run: give the connection back now
+            raise
+        return self.response
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.response is not None:
+            await self.response.aclose()
+
+    async def _target(self) -> tuple[str, str, str | None]:
+        """The URL with the host replaced by its checked address, the Host header, and the SNI name."""
+        loc = self.location
+        port = loc.port or (443 if loc.scheme == "https" else 80)
+        try:
+            pinned = await pin_host(
+                loc.host, port, allow_private=self.http.limits.allow_private_hosts,
+                timeout_s=self.http.limits.connect_timeout_s,
+            )  # fmt: skip
+        except HostRefused as refused:
+            raise StoreError(Reason.BAD_LOCATION, f"{refused.reason}: {refused.detail}") from None
+        if loc.access_key_id:
+            signed = await obs.sign_async(self.store, self.method, self.key, timedelta(minutes=10))
+        else:
+            signed = f"{loc.endpoint}/{loc.bucket}/{quote(self.key, safe='/')}"
+        parts = urlsplit(signed)
+        netloc = f"{pinned.url_host}:{port}"
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        return url, parts.netloc, loc.host if loc.scheme == "https" else None
+
+
+def append_bounded(buffer: bytearray, chunk: bytes | memoryview, size: int) -> None:
+    """Add a chunk of a body; a body longer than HEAD said is cut off (a changed object or a liar)."""
+    if len(buffer) + len(chunk) > size:
+        raise StoreError(Reason.FETCH_FAILED, f"body exceeds the {size} bytes HEAD reported", transient=True)
+    buffer += chunk
+
+
+def complete(buffer: bytearray, size: int) -> bytes:
+    if len(buffer) != size:
+        raise StoreError(Reason.FETCH_FAILED, f"body ended at {len(buffer)} of {size} bytes", transient=True)
+    return bytes(buffer)
+
+
+def _check_status(response: httpx.Response) -> None:
+    code = response.status_code
+    if code == 200:
+        return
+    if code == 404:
+        raise FileNotFoundError("no such object")
+    if 300 <= code < 400:
+        raise StoreError(Reason.FETCH_FAILED, f"redirect {code} refused")
+    if code in (401, 403):
+        raise StoreError(Reason.FETCH_FAILED, f"access denied ({code})")
+    raise StoreError(Reason.FETCH_FAILED, f"status {code}", transient=code in (412, 429) or code >= 500)
+
+
+def _parse_head(response: httpx.Response) -> ObjectHead:
+    try:
+        size = int(response.headers["content-length"])
+        modified = response.headers.get("last-modified")
+        stamp = round(parsedate_to_datetime(modified).timestamp(), 6) if modified else None
+    except (KeyError, ValueError, TypeError, IndexError) as error:
+        raise StoreError(Reason.FETCH_FAILED, f"unusable HEAD headers: {error}") from None
+    if size < 0:
+        raise StoreError(Reason.FETCH_FAILED, "negative content-length")
+    return ObjectHead(size, response.headers.get("etag"), response.headers.get("x-amz-version-id"), stamp)

@@ -1,0 +1,121 @@
+"""The validator's own observations of when each peer's object appeared (DESIGN.md §3, §5.7).
+
+A store's `Last-Modified` is set by whoever runs the store, which may be the peer itself, so the put
+window and the copy offender rule rest on what the validator saw: during the put window a poller
+HEADs every peer's expected key every `interval_s` and records, per object version (etag), the
+first time a poll saw it. The upload then lies in `(previous answered poll sent, first sighting]`,
+an interval whose width is the sighting's resolution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from validator.fetch.hostcheck import HostRefused
+from validator.fetch.peer_http import HttpLimits, PeerHttp, StoreError
+from validator.fetch.types import FetchRequest
+
+log = structlog.get_logger(__name__)
+
+# HEAD of one request: the etag there now, None when the object does not exist; raises on failure
+HeadProbe = Callable[[PeerHttp, FetchRequest], Awaitable[str | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    first_seen: float  # wall clock when a poll first saw this version
+    resolution_s: float  # how long before first_seen it may have been uploaded (inf: unbounded)
+
+
+class Sightings:
+    """First sightings per (hotkey, etag) and the last answered poll per hotkey; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._first: dict[tuple[str, str], Sighting] = {}
+        self._answered: dict[str, float] = {}  # when the last answered poll of each peer was sent
+
+    def record(self, hotkey: str, etag: str | None, sent: float, answered: float) -> None:
+        """One answered poll: sent at `sent`, it saw `etag` (None: no object) by `answered`."""
+        with self._lock:
+            before = self._answered.get(hotkey, -math.inf)  # no earlier poll: the upload is unbounded
+            if etag is not None and (hotkey, etag) not in self._first:
+                self._first[(hotkey, etag)] = Sighting(answered, answered - before)
+            self._answered[hotkey] = max(before, sent)
+
+    def lookup(self, hotkey: str, etag: str | None) -> Sighting | None:
+        with self._lock:
+            return None if etag is None else self._first.get((hotkey, etag))
+
+    def answered_until(self, hotkey: str) -> float | None:
+        """When the last poll that this peer's store answered was sent."""
+        with self._lock:
+            return self._answered.get(hotkey)
+
+
+class Poller:
+    """HEADs every request from `start_at` to `stop_at` (wall clock) on a daemon thread of its own."""
+
+    def __init__(
+        self, probe: HeadProbe, requests: Sequence[FetchRequest], limits: HttpLimits, *, start_at: float,
+        stop_at: float, interval_s: float, head_timeout_s: float, clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.sightings = Sightings()
+        self._probe, self._requests, self._limits = probe, list(requests), limits
+        self._start_at, self._stop_at, self._interval = start_at, stop_at, interval_s
+        # a slow answer stretches the cycle (and so the resolution) instead of being thrown away
+        self._timeout, self._clock = head_timeout_s, clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gauntlet-poller", daemon=True)
+
+    def start(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> Sightings:
+        """Stop polling (the poll in flight is abandoned) and return what was seen."""
+        self._stop.set()
+        self._thread.join(timeout=self._timeout + 5.0)
+        return self.sightings
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._poll())
+        except Exception:  # the poller is evidence, not the round: a failure leaves no sightings
+            log.exception("poller_failed")
+
+    async def _poll(self) -> None:
+        async with PeerHttp(self._limits, connections=len(self._requests)) as http:  # all at once
+            next_at = self._start_at
+            while await self._sleep_until(next_at) and self._clock() < self._stop_at:
+                next_at = self._clock() + self._interval
+                # one probe failing in a way nobody foresaw must not end the polling of every peer
+                await asyncio.gather(*(self._one(http, r) for r in self._requests), return_exceptions=True)
+
+    async def _sleep_until(self, at: float) -> bool:
+        """False once stopped; sleeps in short slices so that `stop` is prompt."""
+        while not self._stop.is_set():
+            left = at - self._clock()
+            if left <= 0:
+                return True
+            await asyncio.sleep(min(left, 0.05))
+        return False
+
+    async def _one(self, http: PeerHttp, request: FetchRequest) -> None:
+        sent = self._clock()
+        try:
+            async with asyncio.timeout(self._timeout):
+                etag = await self._probe(http, request)
+        except (StoreError, HostRefused, TimeoutError, OSError):
+            return  # an unanswered poll says nothing about the object
+        if not self._stop.is_set():
+            self.sightings.record(request.hotkey, etag, sent, self._clock())

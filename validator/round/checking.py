@@ -1,0 +1,248 @@
+"""Stage 3: decode and check every fetched submission (DESIGN.md §5), archiving what was fetched."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from statistics import median
+
+import structlog
+
+from scoring.clipping import median_norms
+from scoring.decoder import Expected, decode_submission
+from scoring.ranking import RatingConfig, RatingState, proven
+from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
+from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
+from scoring.wire import CodecConfig
+from validator.round.outcomes import PeerWindow
+from validator.stores.objstore import FetchResult
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConfig:
+    codec: CodecConfig = CodecConfig()
+    uniqueness: UniquenessConfig = UniquenessConfig()
+    norm_outlier_factor: float = 10.0  # reject an update whose norm exceeds this × the window median
+    # An update (or one parameter of it) with a total norm at or below this is empty: counted in the
+    # clip reference, a crowd of empty sybils would make it 0 and clip every honest update to nothing.
+    zero_norm: float = 1e-12
+
+    def __post_init__(self) -> None:
+        if self.norm_outlier_factor <= 1.0:
+            raise ValueError("norm_outlier_factor must be > 1")
+        if not 0.0 <= self.zero_norm < 1e-3:
+            raise ValueError("zero_norm must be in [0, 1e-3)")
+
+
+Judged = tuple[str, DecodeResult]  # (content digest of the bytes, what the decoder made of them)
+Judge = Callable[[str, int, bytes], Judged]  # (hotkey, uid, bytes) -> Judged
+Decoder = Callable[[bytes, ParamSpec, Expected, CodecConfig], DecodeResult]  # decode_submission's shape
+
+
+def judging_failed(p: PeerWindow, stage: str, error: BaseException) -> PeerWindow:
+    """The peer whose judging raised: invalid (`internal_error`), the traceback in the log. The
+    stored detail names only the exception type: messages may quote what the peer sent."""
+    log.error("peer_judging_failed", stage=stage, hotkey=p.hotkey, uid=p.uid, exc_info=error)
+    return p.reject(Reason.INTERNAL_ERROR, f"{stage} raised {type(error).__name__}")
+
+
+def file_judge(
+    *,
+    window: int,
+    base: str,
+    spec: ParamSpec,
+    cfg: CheckConfig,
+    archive: Callable[[bytes], str],
+    decode: Decoder = decode_submission,
+) -> Judge:
+    """Archive the bytes first (so replay sees exactly what was judged), then decode and check them.
+
+    A decoder that raises judges that one file `internal_error`; archiving raising is the storage's
+    failure, not the peer's, and fails the round."""
+
+    def judge(hotkey: str, uid: int, data: bytes) -> Judged:
+        digest = archive(data)
+        expect = Expected(window=window, uid=uid, hotkey=hotkey, base=base)
+        try:
+            return digest, decode(data, spec, expect, cfg.codec)
+        except Exception as e:  # one peer's file must not stop the window
+            log.error("peer_judging_failed", stage="decode", hotkey=hotkey, uid=uid, exc_info=e)
+            verdict = Verdict.reject(Reason.INTERNAL_ERROR, f"decode raised {type(e).__name__}")
+            return digest, DecodeResult(verdict)
+
+    return judge
+
+
+class EagerDecoder:
+    """Judges each file on a worker thread the moment its download completes, so decoding overlaps
+    the downloads still in flight (DESIGN.md §11). Pass it as the fetcher's `on_result`."""
+
+    def __init__(self, judge: Judge, uids: Mapping[str, int], workers: int = 1) -> None:
+        self.judge, self.uids = judge, uids
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gauntlet-decode")
+        self.futures: dict[str, Future[Judged]] = {}
+
+    def __call__(self, result: FetchResult) -> None:
+        if result.data is not None and result.hotkey in self.uids:
+            self.futures[result.hotkey] = self.pool.submit(
+                self.judge, result.hotkey, self.uids[result.hotkey], result.data
+            )
+
+    def results(self) -> dict[str, Judged]:
+        try:
+            return {hotkey: f.result() for hotkey, f in self.futures.items()}
+        finally:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def decode_all(
+    peers: Sequence[PeerWindow], judge: Judge, ready: Mapping[str, Judged] | None = None
+) -> list[PeerWindow]:
+    """Each fetched file judged (or taken from `ready`), its bytes dropped once archived."""
+    out = []
+    for p in peers:
+        data = p.fetch.data if p.fetch is not None else None
+        if data is None or p.fetch is None:
+            out.append(p)
+            continue
+        digest, result = (ready or {}).get(p.hotkey) or judge(p.hotkey, p.uid, data)
+        fetched = replace(p, content_digest=digest, fetch=replace(p.fetch, data=None))
+        if p.status != "ok":
+            out.append(fetched)
+        elif result.update is None:
+            out.append(fetched.reject(result.verdict.reason or Reason.BAD_METADATA, result.verdict.detail))
+        else:
+            out.append(replace(fetched, update=result.update))
+    return out
+
+
+def clip_reference(
+    peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig(), trusted: Collection[str] = frozenset()
+) -> dict[str, float]:
+    """The window's per-parameter median norm over valid updates: the clip reference (§5.6).
+
+    Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag the median to 0. Once
+    some valid peers have proven their training (`trusted`), the median is over theirs alone: new
+    identities are free, so a crowd of sybils sending tiny non-zero updates would otherwise own the
+    median and shrink every honest update to nothing."""
+    valid = [p for p in peers if p.update is not None]
+    proven = [p for p in valid if p.hotkey in trusted]
+    return median_norms([p.update.norms() for p in proven or valid if p.update], floor=cfg.zero_norm)
+
+
+def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:
+    """Hotkeys that have proven, before this window, that they train on their own data."""
+    return frozenset(h for h, r in state.peers.items() if proven(r, cfg))
+
+
+def total_norm(p: PeerWindow) -> float:
+    assert p.update is not None
+    return float(sum(n * n for n in p.update.norms().values()) ** 0.5)
+
+
+def reject_zero_updates(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[PeerWindow]:
+    """An update with (near) zero total norm is `zero_update`: it says nothing and would capture the
+    clip reference. Each peer's norm is computed on its own: one that raises fails only that peer."""
+    out = []
+    for p in peers:
+        try:
+            empty = p.update is not None and total_norm(p) <= cfg.zero_norm
+        except Exception as e:  # a peer's own update: isolated
+            out.append(judging_failed(p, "norm", e))
+            continue
+        out.append(p.reject(Reason.ZERO_UPDATE, f"update norm <= {cfg.zero_norm:g}") if empty else p)
+    return out
+
+
+def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[PeerWindow]:
+    """Reject updates whose total norm is far above the window's median total norm."""
+    totals = {p.hotkey: total_norm(p) for p in peers if p.update}
+    # empty updates are left out of the median: a crowd of sybils must not make honest peers outliers
+    nonzero = [t for t in totals.values() if t > cfg.zero_norm]
+    if len(nonzero) < 3:  # a median of one or two peers says nothing about outliers
+        return list(peers)
+    limit = cfg.norm_outlier_factor * median(nonzero)
+    return [
+        p.reject(Reason.NORM_OUTLIER, f"norm {totals[p.hotkey]:.3g} > {cfg.norm_outlier_factor}× median")
+        if p.hotkey in totals and totals[p.hotkey] > limit
+        else p
+        for p in peers
+    ]
+
+
+def reject_copies(
+    peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int
+) -> tuple[list[PeerWindow], list[CopyFinding]]:
+    """Duplicates and near-copies across all valid submissions. The offender of a pair whose upload
+    order is clear from the validator's own first sight becomes invalid; an unclear pair penalises
+    nobody (the selection aggregates one of the two)."""
+    payloads = []
+    for p in peers:
+        if p.update is not None and p.fetch is not None:
+            seen, resolution = _sighting(p.fetch)
+            payloads.append(PeerPayload(p.hotkey, p.update.digest, seen, p.update.params, resolution))
+    findings = find_copies(payloads, cfg.uniqueness, seed=seed)
+    worst: dict[str, tuple[CopyTier, CopyFinding]] = {}
+    for f in findings:
+        if f.clear and (f.offender not in worst or f.tier > worst[f.offender][0]):
+            worst[f.offender] = (f.tier, f)
+    out = []
+    for p in peers:
+        if p.hotkey in worst:
+            tier, f = worst[p.hotkey]
+            detail = f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later"
+            out.append(replace(p.reject(f.reason, detail), copy_tier=tier))
+        else:
+            out.append(p)
+    return out, findings
+
+
+def _sighting(f: FetchResult) -> tuple[float, float]:
+    """(time, resolution) of the upload as the validator observed it. Without its own sighting the
+    store's Last-Modified is peer-controlled: the order is then never clear (infinite resolution)."""
+    if f.first_seen is None:
+        return f.last_modified or 0.0, math.inf
+    return f.first_seen, math.inf if f.seen_resolution_s is None else f.seen_resolution_s
+
+
+def reject_replays(
+    peers: Sequence[PeerWindow], seen_before: Callable[[list[str]], set[str]]
+) -> list[PeerWindow]:
+    """A payload already submitted in an earlier window is a replay, whoever re-signed it."""
+    digests = [p.update.digest for p in peers if p.update is not None]
+    seen = seen_before(digests) if digests else set()
+    return [
+        p.reject(Reason.DUPLICATE_PAYLOAD, "payload already submitted in an earlier window")
+        if p.update is not None and p.update.digest in seen
+        else p
+        for p in peers
+    ]
+
+
+def check_window(
+    peers: Sequence[PeerWindow],
+    *,
+    window: int,
+    base: str,
+    spec: ParamSpec,
+    cfg: CheckConfig,
+    archive: Callable[[bytes], str],
+    seen_before: Callable[[list[str]], set[str]],
+    secret_seed: str,
+    ready: Mapping[str, Judged] | None = None,
+    decode: Decoder = decode_submission,
+) -> tuple[list[PeerWindow], list[CopyFinding]]:
+    """All checks of §5 in order: decode (1–5), replays, empty updates and norm outliers (6),
+    uniqueness (7).
+
+    Uniqueness samples chunks from the window's secret seed, so copiers cannot dodge the sample."""
+    judge = file_judge(window=window, base=base, spec=spec, cfg=cfg, archive=archive, decode=decode)
+    checked = decode_all(peers, judge, ready)
+    checked = reject_replays(checked, seen_before)
+    checked = reject_zero_updates(checked, cfg)
+    checked = reject_norm_outliers(checked, cfg)
+    return reject_copies(checked, cfg, seed=int(secret_seed[:16], 16))

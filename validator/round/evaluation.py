@@ -1,0 +1,159 @@
+"""Stage 4: LossScore for the peers this window can afford, on assigned and held-out pages."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Protocol
+
+import structlog
+import torch
+
+from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
+from scoring.loss_score import (
+    Batches,
+    LossScoreConfig,
+    PeerEval,
+    PeerJob,
+    deterministic,
+    evaluate_peers,
+    mean_loss,
+)
+from scoring.model import LlamaModel
+from scoring.ranking import RatingState
+from scoring.sampling import SamplingConfig, sample_for_evaluation
+from validator.round.checking import judging_failed
+from validator.round.outcomes import PeerWindow
+
+log = structlog.get_logger(__name__)
+
+
+class Evaluator(Protocol):
+    """`scoring.loss_score.evaluate_peers`, or a stand-in with its signature (tests inject faults)."""
+
+    def __call__(
+        self,
+        model: LlamaModel,
+        jobs: Sequence[PeerJob],
+        heldout: Batches,
+        *,
+        reference: Mapping[str, float],
+        cfg: LossScoreConfig,
+        loss_before: float | None = None,
+    ) -> list[PeerEval]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EvalConfig:
+    public_seed: str = "gauntlet"
+    pages_per_peer: int = 16
+    eval_pages: int = 8
+    heldout_pages: int = 8
+    batch_size: int = 8
+    budget: int = 256
+    loss: LossScoreConfig = LossScoreConfig()
+    sampling: SamplingConfig = SamplingConfig()
+
+    def __post_init__(self) -> None:
+        if min(self.pages_per_peer, self.eval_pages, self.heldout_pages, self.batch_size) < 1:
+            raise ValueError("page counts and batch size must be positive")
+        if self.budget < 0:
+            raise ValueError("budget must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    seed: str
+    batches: Sequence[torch.Tensor]
+    loss_before: float
+
+
+def heldout(model: LlamaModel, dataset: Dataset, seed: str, cfg: EvalConfig) -> HeldOut:
+    """The window's held-out batches and their loss before any update: computed once per window."""
+    pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=dataset)
+    data = batches(dataset, pages, cfg.batch_size)
+    with deterministic(next(model.parameters()).device):  # the same kernels as the per-peer losses
+        return HeldOut(seed, data, mean_loss(model, data))
+
+
+def _own_batches(dataset: Dataset, window: int, uid: int, seed: str, cfg: EvalConfig) -> list[torch.Tensor]:
+    assigned = assigned_pages(
+        window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=dataset
+    )
+    return batches(dataset, eval_sample(seed, uid, assigned=assigned, k=cfg.eval_pages), cfg.batch_size)
+
+
+def evaluate_window(
+    peers: Sequence[PeerWindow],
+    *,
+    model: LlamaModel,
+    dataset: Dataset,
+    window: int,
+    held: HeldOut,
+    reference: Mapping[str, float],
+    ratings: RatingState,
+    budget: int,
+    cfg: EvalConfig,
+    only: Collection[str] | None = None,
+    evaluator: Evaluator = evaluate_peers,
+) -> list[PeerWindow]:
+    """Evaluate a fair sample of the valid peers (all of them when the budget allows).
+
+    `only` replaces the sample with a given set: replay evaluates exactly the recorded peers. A peer
+    whose evaluation raises is invalid (`internal_error`); the others are scored as usual."""
+    valid = {p.hotkey: p for p in peers if p.valid}
+    ordinals = {h: r.ordinal for h, r in ratings.peers.items()}
+    last = {h: r.last_evaluated for h, r in ratings.peers.items() if r.last_evaluated is not None}
+    seed = int(held.seed[:16], 16)
+    if only is None:
+        chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, cfg.sampling)
+    else:
+        chosen = sorted(h for h in only if h in valid)
+    jobs = []
+    for hotkey in chosen:
+        p = valid[hotkey]
+        assert p.update is not None
+        load = partial(_own_batches, dataset, window, p.uid, held.seed, cfg)
+        jobs.append(PeerJob(p.uid, p.update.params, load))
+    run = partial(
+        evaluator,
+        model,
+        heldout=held.batches,
+        reference=reference,
+        cfg=cfg.loss,
+        loss_before=held.loss_before,
+    )
+    results, failed = _isolated(run, jobs)
+    by_uid = {r.uid: r for r in results}
+    picked = set(chosen)
+    out = []
+    for p in peers:
+        if p.hotkey in picked and p.uid in failed:
+            out.append(judging_failed(p, "evaluate", failed[p.uid]))
+        else:
+            out.append(replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p)
+    return out
+
+
+def _isolated(
+    run: partial[list[PeerEval]], jobs: Sequence[PeerJob]
+) -> tuple[list[PeerEval], dict[int, Exception]]:
+    """All jobs in one pass (data prefetched); when that raises, each job alone to find the peers
+    that fail. Every evaluation restores the model bit-exactly, so results do not depend on which.
+
+    If every one of several peers fails, the fault is the validator's (device, model), not theirs:
+    it raises, and the round boundary retries the window instead of blaming them all."""
+    try:
+        return run(jobs), {}
+    except Exception as e:
+        log.warning("evaluation_isolating_peers", peers=len(jobs), error=type(e).__name__)
+    results, failed = [], {}
+    for job in jobs:
+        try:
+            results.extend(run([job]))
+        except Exception as e:
+            failed[job.uid] = e
+    if len(jobs) > 1 and len(failed) == len(jobs):
+        raise RuntimeError(f"evaluation failed for all {len(jobs)} peers") from next(iter(failed.values()))
+    return results, failed

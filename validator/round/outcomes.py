@@ -1,0 +1,53 @@
+"""What the round loop knows about each peer in a window, filled in stage by stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from scoring.loss_score import PeerEval
+from scoring.types import SparseUpdate
+from scoring.uniqueness import CopyTier
+from validator.stores.commitments import StorageLocation
+from validator.stores.objstore import FetchResult
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTarget:
+    """A registered peer and where it publishes (None with a reason when its commitment is unusable)."""
+
+    uid: int
+    hotkey: str
+    location: StorageLocation | None
+    problem: str = ""
+    reason: str | None = None  # why there is nothing to fetch: no_location or bad_location
+
+
+@dataclass(frozen=True, slots=True)
+class PeerWindow:
+    """One peer's window so far. `status` is ok/missing/early/late/invalid with a reason unless ok."""
+
+    target: PeerTarget
+    status: str
+    reason: str | None = None
+    detail: str = ""
+    fetch: FetchResult | None = None
+    content_digest: str | None = None  # SHA-256 of the raw bytes: the archive key
+    update: SparseUpdate | None = None
+    copy_tier: CopyTier = CopyTier.NONE
+    evaluation: PeerEval | None = None
+
+    @property
+    def hotkey(self) -> str:
+        return self.target.hotkey
+
+    @property
+    def uid(self) -> int:
+        return self.target.uid
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "ok" and self.update is not None
+
+    def reject(self, reason: str, detail: str) -> PeerWindow:
+        """The same peer, now invalid; the decoded update is dropped so nothing downstream uses it."""
+        return replace(self, status="invalid", reason=reason, detail=detail, update=None)

@@ -1,0 +1,84 @@
+"""The window's selection, signed by the validator's hotkey, in the validator's own bucket.
+
+Peers aggregate the same set as the validator by reading `gauntlet/1/selection/{window}.json`
+(also served by the API). A failed upload is logged, never fatal: storage holds the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from scoring.signing import Signer, sign_hex, verify_signature
+from validator.round.outcomes import PeerWindow
+from validator.stores.commitments import StorageLocation
+from validator.stores.objstore import publish
+
+log = structlog.get_logger(__name__)
+FORMAT = "gauntlet/selection/1"
+
+
+def selection_key(window: int) -> str:
+    return f"gauntlet/1/selection/{window}.json"
+
+
+def selection_document(
+    window: int,
+    base: str,
+    next_base: str,
+    peers: Sequence[PeerWindow],
+    gather: Sequence[str],
+    reserve: Sequence[str],
+) -> dict[str, Any]:
+    by_hotkey = {p.hotkey: p for p in peers}
+
+    def entry(hotkey: str) -> dict[str, Any]:
+        p = by_hotkey[hotkey]
+        return {"uid": p.uid, "hotkey": hotkey, "digest": p.update.digest if p.update else None}
+
+    return {
+        "format": FORMAT, "window": window, "base": base, "next_base": next_base,
+        "gather": [entry(h) for h in gather], "reserve": [entry(h) for h in reserve],
+    }  # fmt: skip
+
+
+def canonical(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def verify_selection(payload: bytes, validator_hotkey: str) -> bool:
+    """What a peer checks: the document is signed by the validator it trusts (not merely by the key
+    the document names)."""
+    try:
+        signed = json.loads(payload)
+        if signed["validator"] != validator_hotkey:
+            return False
+        return verify_signature(validator_hotkey, canonical(signed["selection"]), signed["signature"])
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionPublisher:
+    location: StorageLocation | None = None
+    signer: Signer | None = None
+
+    def publish(self, document: dict[str, Any]) -> bool:
+        if self.location is None or self.signer is None:
+            return False
+        payload = {
+            "selection": document,
+            "validator": self.signer.ss58_address,
+            "signature": sign_hex(self.signer, canonical(document)),
+        }
+        try:
+            asyncio.run(publish(self.location, selection_key(document["window"]), canonical(payload)))
+        except Exception as e:  # an unreachable bucket must not fail a committed window
+            log.warning("selection_not_published", window=document["window"], error=str(e))
+            return False
+        return True

@@ -1,0 +1,179 @@
+"""Stage 7: the window as storage records (one transaction), and the rating state read back."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+
+from scoring.loss_score import PeerEval
+from scoring.penalties import miss_multiplier
+from scoring.ranking import PeerRating, RatingConfig, RatingState
+from scoring.selection import Selection
+from scoring.uniqueness import CopyFinding, CopyTier
+from storage.records import (
+    CopyPairRecord,
+    EvaluationRecord,
+    PenaltyRecord,
+    RatingRecord,
+    SelectionRecord,
+    SubmissionRecord,
+    WindowRecord,
+)
+from validator.round.checking import judging_failed
+from validator.round.outcomes import PeerWindow
+from validator.stores.objstore import object_key
+
+
+def _time(ts: float | None) -> datetime | None:
+    """A stored timestamp; one no datetime can hold (a store may report any Last-Modified) is None."""
+    if ts is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def submission_record(p: PeerWindow, key: str) -> SubmissionRecord:
+    f = p.fetch
+    return SubmissionRecord(
+        hotkey=p.hotkey,
+        uid=p.uid,
+        status=p.status,
+        reason=p.reason,
+        detail=p.detail[:500],
+        object_key=key if f is not None else None,
+        etag=f.etag if f is not None else None,
+        size=f.size if f is not None else None,
+        payload_digest=p.update.digest if p.update is not None else None,
+        content_digest=p.content_digest,
+        storage_time=_time(f.last_modified) if f is not None else None,
+        fetched_time=_time(f.fetched_at) if f is not None and f.fetched_at else None,
+        first_seen=f.first_seen if f is not None else None,
+        seen_resolution_s=_finite(f.seen_resolution_s) if f is not None else None,
+    )
+
+
+def _finite(seconds: float | None) -> float | None:
+    """An unbounded resolution is stored as NULL (JSON and some databases have no infinity)."""
+    return seconds if seconds is not None and math.isfinite(seconds) else None
+
+
+def evaluation_record(hotkey: str, e: PeerEval) -> EvaluationRecord:
+    return EvaluationRecord(
+        hotkey=hotkey,
+        loss_own_before=e.loss_own_before,
+        loss_own_after=e.loss_own_after,
+        loss_rand_before=e.loss_rand_before,
+        loss_rand_after=e.loss_rand_after,
+        score=e.score,
+        own_gain=e.own_gain,
+        indicator=e.indicator,
+        timings=asdict(e.timings),
+    )
+
+
+def recordable(peers: Sequence[PeerWindow], window: int) -> list[PeerWindow]:
+    """Each peer's rows built once before the window is rated: a peer whose rows cannot be built is
+    `internal_error` (recorded without its fetch details), so one odd value cannot fail the commit."""
+    out = []
+    for p in peers:
+        try:
+            submission_record(p, object_key(window, p.hotkey))
+            if p.evaluation is not None:
+                evaluation_record(p.hotkey, p.evaluation)
+        except Exception as e:  # one peer's record: isolated
+            out.append(replace(judging_failed(p, "record", e), fetch=None, evaluation=None))
+            continue
+        out.append(p)
+    return out
+
+
+def rating_record(r: PeerRating) -> RatingRecord:
+    return RatingRecord(
+        hotkey=r.hotkey,
+        uid=r.uid,
+        mu=r.mu,
+        sigma=r.sigma,
+        bma=r.bma,
+        final_score=r.final,
+        penalty={
+            "consecutive_misses": r.consecutive_misses,
+            "consecutive_negative": r.consecutive_negative,
+            "inactive_windows": r.inactive_windows,
+            "ban_until": r.ban_until,
+        },
+        last_evaluated_window=r.last_evaluated,
+        state=r.to_dict(),
+    )
+
+
+def rating_state(records: Mapping[str, RatingRecord], window: int | None) -> RatingState:
+    """The exact RatingState back from the records of one committed window."""
+    peers = {h: PeerRating.from_dict(r.state) for h, r in records.items()}
+    return RatingState(dict(sorted(peers.items())), window)
+
+
+def penalty_records(
+    peers: Sequence[PeerWindow], state: RatingState, cfg: RatingConfig
+) -> list[PenaltyRecord]:
+    out = []
+    for p in peers:
+        r = state.peers.get(p.hotkey)
+        if p.status in ("missing", "early", "late") and r is not None:
+            mult = miss_multiplier(max(r.consecutive_misses, 1), cfg.penalties)
+            out.append(
+                PenaltyRecord(p.hotkey, "missing", mult, f"{p.status} ({r.consecutive_misses} in a row)")
+            )
+        elif p.status == "invalid":
+            kind = "copy" if p.copy_tier is not CopyTier.NONE else "invalid"
+            until = r.ban_until if r is not None and p.copy_tier is CopyTier.BAN else None
+            out.append(PenaltyRecord(p.hotkey, kind, 0.0, f"{p.reason}: {p.detail}"[:300], until))
+    return out
+
+
+def copy_pair_records(findings: Sequence[CopyFinding]) -> list[CopyPairRecord]:
+    pairs: dict[tuple[str, str], CopyPairRecord] = {}
+    for f in findings:
+        a, b = sorted((f.offender, f.other))
+        if (a, b) not in pairs:
+            # overlap already counts only shared positions whose signs agree (scoring/uniqueness.py),
+            # so the pair's sign agreement is 1 by construction
+            pairs[(a, b)] = CopyPairRecord(
+                a, b, f.overlap, 1.0, f.offender, similarity=f.similarity, baseline=f.baseline, clear=f.clear
+            )
+    return list(pairs.values())
+
+
+def selection_records(selection: Selection[str], uids: Mapping[str, int]) -> list[SelectionRecord]:
+    gather = [SelectionRecord(h, uids[h], "gather", i) for i, h in enumerate(selection.gather)]
+    reserve = [SelectionRecord(h, uids[h], "reserve", i) for i, h in enumerate(selection.reserve)]
+    return gather + reserve
+
+
+def window_record(
+    header: WindowRecord,
+    *,
+    peers: Sequence[PeerWindow],
+    state: RatingState,
+    findings: Sequence[CopyFinding],
+    selection: Selection[str],
+    aggregate_digests: Sequence[str],
+    reference: Mapping[str, float],
+    cfg: RatingConfig,
+) -> WindowRecord:
+    """The header's window with everything the round decided in it."""
+    uids = {p.hotkey: p.uid for p in peers}
+    return replace(
+        header,
+        submissions=[submission_record(p, object_key(header.window, p.hotkey)) for p in peers],
+        evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
+        ratings=[rating_record(r) for r in state.peers.values()],
+        penalties=penalty_records(peers, state, cfg),
+        copy_pairs=copy_pair_records(findings),
+        selections=selection_records(selection, uids),
+        aggregate_digests=list(aggregate_digests),
+        clip_reference=dict(reference),
+    )

@@ -1,0 +1,127 @@
+"""`gauntlet replay WINDOW`: recompute a committed window from stored inputs and compare.
+
+Inputs: the base model rebuilt from the nearest checkpoint plus archived aggregates, the archived
+submission bytes, the recorded fetch outcomes and held-out seed, the set of evaluated peers, and the
+rating state committed for the window before. Everything after fetching is recomputed with the same
+code as the live round: checks, uniqueness, LossScore, the rating update and the selection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scoring.data import Dataset
+from scoring.model import LlamaModel, param_spec
+from scoring.ranking import RatingState
+from scoring.uniqueness import unclear_pairs
+from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
+from validator.round.checking import check_window, clip_reference, proven_peers
+from validator.round.evaluation import evaluate_window, heldout
+from validator.round.loop import RoundConfig
+from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.round.policy import rate_window, select_window
+from validator.round.recording import evaluation_record, rating_record
+from validator.state.ledger import Ledger
+from validator.stores.objstore import FetchResult
+
+FIELDS = ("status", "reason", "score", "indicator", "mu", "sigma", "final", "selected")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRow:
+    hotkey: str
+    uid: int
+    stored: Mapping[str, Any]
+    recomputed: Mapping[str, Any]
+
+    def differences(self, tolerance: float) -> list[str]:
+        out = []
+        for f in FIELDS:
+            a, b = self.stored.get(f), self.recomputed.get(f)
+            if isinstance(a, float) and isinstance(b, float):
+                if abs(a - b) > tolerance * max(1.0, abs(a)):
+                    out.append(f)
+            elif a != b:
+                out.append(f)
+        return out
+
+
+def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
+    """The fetch stage's outcome as recorded: bytes from the archive, statuses as they were."""
+    target = PeerTarget(sub.uid, sub.hotkey, None)
+    if sub.content_digest is None or sub.status in ("missing", "early", "late"):
+        return PeerWindow(target, sub.status, sub.reason, sub.detail)
+    data = ledger.archive.get(sub.content_digest)
+    ts = sub.storage_time.timestamp() if sub.storage_time else None
+    fetch = FetchResult(
+        sub.hotkey, "ok", data=data, size=len(data), etag=sub.etag, last_modified=ts,
+        first_seen=sub.first_seen, seen_resolution_s=sub.seen_resolution_s,
+    )  # fmt: skip
+    return PeerWindow(target, "ok", None, "", fetch)
+
+
+def _row(
+    status: str, reason: str | None, e: EvaluationRecord | None, r: RatingRecord | None, selected: bool
+) -> dict[str, Any]:
+    return {
+        "status": status, "reason": reason, "score": e.score if e else None,
+        "indicator": e.indicator if e else None, "mu": r.mu if r else None,
+        "sigma": r.sigma if r else None, "final": r.final_score if r else None, "selected": selected,
+    }  # fmt: skip
+
+
+def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
+    evals = {e.hotkey: e for e in record.evaluations}
+    ratings = {r.hotkey: r for r in record.ratings}
+    chosen = {s.hotkey for s in record.selections if s.role == "gather"}
+    return {
+        s.hotkey: _row(s.status, s.reason, evals.get(s.hotkey), ratings.get(s.hotkey), s.hotkey in chosen)
+        for s in record.submissions
+    }
+
+
+def _recomputed_rows(
+    peers: list[PeerWindow], state: RatingState, gather: set[str]
+) -> dict[str, dict[str, Any]]:
+    """The same columns, through the same record mapping the live round commits with."""
+    rows: dict[str, dict[str, Any]] = {}
+    for p in peers:
+        e = evaluation_record(p.hotkey, p.evaluation) if p.evaluation else None
+        r = rating_record(state.peers[p.hotkey]) if p.hotkey in state.peers else None
+        rows[p.hotkey] = _row(p.status, p.reason, e, r, p.hotkey in gather)
+    return rows
+
+
+def replay_window(
+    window: int, *, ledger: Ledger, model: LlamaModel, dataset: Dataset, cfg: RoundConfig
+) -> list[ReplayRow]:
+    """Stored vs recomputed, one row per peer of the window."""
+    record = ledger.window_detail(window)
+    if record is None or ledger.window_state(window) != "committed":
+        raise LookupError(f"window {window} is not committed")
+    if record.salvaged:  # stages raised and were skipped: nothing to re-derive them from
+        raise LookupError(f"window {window} was committed in salvage (stages that failed were skipped)")
+    gm = ledger.model_at(model, window, outer_lr=cfg.outer_lr, codec=cfg.check.codec)
+    if gm.base != record.base_fingerprint:
+        raise ValueError(
+            f"rebuilt base {gm.base[:16]} differs from the stored {record.base_fingerprint[:16]}"
+        )
+    before = ledger.ratings_after(window - 1) if window > 0 else RatingState()
+    peers, findings = check_window(
+        [_peer(s, ledger) for s in record.submissions], window=window, base=gm.base, spec=param_spec(model),
+        cfg=cfg.check, archive=lambda data: "", seen_before=lambda d: ledger.seen_before(d, window),
+        secret_seed=record.heldout_seed,
+    )  # fmt: skip
+    reference = clip_reference(peers, cfg.check, proven_peers(before, cfg.policy.rating))
+    held = heldout(model, dataset, record.heldout_seed, cfg.eval)
+    peers = evaluate_window(
+        peers, model=model, dataset=dataset, window=window, held=held, reference=reference,
+        ratings=before, budget=len(peers), cfg=cfg.eval, only={e.hotkey for e in record.evaluations},
+    )  # fmt: skip
+    state = rate_window(before, peers, window, cfg.policy)
+    gather = set(select_window(state, peers, window, cfg.policy, twins=unclear_pairs(findings)).gather)
+    stored, again = _stored_rows(record), _recomputed_rows(peers, state, gather)
+    uids = {s.hotkey: s.uid for s in record.submissions}
+    return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]

@@ -1,0 +1,82 @@
+"""Stage 8: weights on chain every `windows_per_weights` windows, by the leader only, always recorded.
+
+A failed attempt (chain unreachable, extrinsic refused) is recorded and retried at the next window,
+never raised: the scoring of the next window must not depend on the chain accepting weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from scoring.ranking import RatingState
+from scoring.weights import WeightPolicy
+from storage.records import WeightSetRecord
+from validator.chain.protocol import Chain, WeightOutcome
+from validator.events import Events, LeaderLock, NullEvents
+from validator.metrics import Metrics
+from validator.round.policy import weights_for
+
+log = structlog.get_logger(__name__)
+
+
+class Weigher:
+    def __init__(
+        self,
+        chain: Chain,
+        policy: WeightPolicy,
+        lock: LeaderLock,
+        record: Callable[[WeightSetRecord], None],
+        *,
+        every: int,
+        metrics: Metrics,
+        events: Events | None = None,
+        retry_pending: bool = False,
+    ) -> None:
+        self.chain, self.policy, self.lock, self.record = chain, policy, lock, record
+        self.every, self.metrics, self.events = every, metrics, events or NullEvents()
+        self.retry_pending = retry_pending  # restored from storage after a restart
+
+    def due(self, window: int) -> bool:
+        return self.retry_pending or window % self.every == 0
+
+    def maybe_set(self, window: int, ratings: RatingState) -> WeightSetRecord | None:
+        leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
+        if not self.due(window):
+            return None
+        weights = weights_for(ratings, window, self.policy)
+        uids = sorted(weights)
+        values = [weights[u] for u in uids]
+        if not weights:
+            return self._done(
+                WeightSetRecord(window, None, [], [], "skipped", "no peer has a positive score")
+            )
+        if not leader:
+            return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))
+        outcome = self._set(weights)
+        self.retry_pending = not outcome.ok
+        result = "ok" if outcome.ok else "failed"
+        return self._done(
+            WeightSetRecord(
+                window, outcome.block, uids, values, result, None if outcome.ok else outcome.message
+            )
+        )
+
+    def _set(self, weights: dict[int, float]) -> WeightOutcome:
+        try:
+            return self.chain.set_weights(weights)
+        except Exception as e:  # the chain is an external system: any failure becomes a recorded outcome
+            log.exception("set_weights_raised")  # with the traceback: it may be our bug, not the chain's
+            return WeightOutcome(False, f"{type(e).__name__}: {e}"[:500], -1)
+
+    def _done(self, rec: WeightSetRecord) -> WeightSetRecord:
+        self.metrics.weights.labels(outcome=rec.outcome).inc()
+        try:
+            self.record(rec)
+        except Exception as e:  # recording is best effort here; the window itself is committed
+            log.error("weight_set_not_recorded", window=rec.window, error=str(e))
+        if rec.outcome == "ok":
+            self.events.publish("weights_set", rec.window, uids=list(rec.uids))
+        log.info("weights", window=rec.window, outcome=rec.outcome, error=rec.error, peers=len(rec.uids))
+        return rec

@@ -1,0 +1,151 @@
+"""The validator's side of storage: commit a window, look up replays, checkpoint, and restore.
+
+Restoring rebuilds the global model for the first uncommitted window from the nearest checkpoint
+plus the archived submissions aggregated since, and the rating state from the last committed
+window, so a restarted process continues exactly where the database says it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from scoring.fingerprint import checkpoint_fingerprint, next_base
+from scoring.model import LlamaModel
+from scoring.ranking import RatingState
+from scoring.wire import CodecConfig
+from storage import queries
+from storage.archive import BlobStore, SubmissionArchive
+from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
+from storage.db import DatabaseConfig, run_in_transaction
+from storage.records import WeightSetRecord, WindowRecord
+from storage.writer import CommitOutcome, commit_window, record_weight_set
+from validator.round.recording import rating_state
+from validator.state.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
+
+T = TypeVar("T")
+
+
+class CommittedElsewhere(RuntimeError):
+    """Another process committed this window differently: this process's model is not the record's."""
+
+
+class Ledger:
+    def __init__(
+        self,
+        engine: Engine,
+        blobs: BlobStore,
+        archive: SubmissionArchive,
+        *,
+        checkpoint_every: int,
+        db: DatabaseConfig | None = None,
+    ) -> None:
+        self.engine, self.blobs, self.archive = engine, blobs, archive
+        self.checkpoint_every, self.db = checkpoint_every, db
+
+    def _tx(self, work: Callable[[Session], T]) -> T:
+        return run_in_transaction(self.engine, work, config=self.db)
+
+    def commit(self, record: WindowRecord) -> CommitOutcome:
+        """Commit the window; an identical earlier commit (a lost acknowledgement) is fine, but a
+        different one (another process) raises, so the round boundary rebuilds from storage."""
+        outcome = self._tx(lambda s: commit_window(session=s, record=record))
+        if outcome is CommitOutcome.ALREADY_COMMITTED:
+            stored = self.window_detail(record.window)
+            if stored is None or (tuple(stored.aggregate_digests), dict(stored.clip_reference)) != (
+                tuple(record.aggregate_digests),
+                dict(record.clip_reference),
+            ):
+                raise CommittedElsewhere(f"window {record.window} was committed with another aggregate")
+        return outcome
+
+    def seen_before(self, digests: list[str], window: int) -> set[str]:
+        return self._tx(
+            lambda s: queries.seen_payload_digests(session=s, digests=digests, before_window=window)
+        )
+
+    def window_detail(self, window: int) -> WindowRecord | None:
+        return self._tx(lambda s: queries.window_detail(session=s, window=window))
+
+    def window_state(self, window: int) -> str | None:
+        return self._tx(lambda s: queries.window_state(session=s, window=window))
+
+    def latest_committed(self) -> int | None:
+        return self._tx(lambda s: queries.latest_committed_window(session=s))
+
+    def checkpoint(self, gm: GlobalModel) -> None:
+        data = model_bytes(gm.model)
+        self._tx(lambda s: save_checkpoint(session=s, store=self.blobs, window=gm.window, data=data))
+
+    def record_weights(self, record: WeightSetRecord) -> None:
+        self._tx(lambda s: record_weight_set(session=s, record=record))
+
+    def last_weights_failed(self) -> bool:
+        """Whether the newest weight-setting attempt failed (so a restarted process retries it)."""
+        latest = self._tx(lambda s: queries.weight_sets(session=s, limit=1))
+        return bool(latest) and latest[0].outcome == "failed"
+
+    def prune(self, window: int) -> int:
+        """Delete archived submissions older than the retention (a no-op when it keeps everything)."""
+        if self.archive.config.retention_windows is None:
+            return 0  # the default: no database round trip every window for nothing
+        return self._tx(lambda s: self.archive.prune(session=s, current_window=window))
+
+    def maybe_checkpoint(self, gm: GlobalModel) -> None:
+        if gm.window % self.checkpoint_every == 0:
+            self.checkpoint(gm)
+
+    def ratings_after(self, window: int | None) -> RatingState:
+        if window is None:
+            return RatingState()
+        return rating_state(self._tx(lambda s: queries.ratings_at(session=s, window=window)), window)
+
+    def restore(
+        self, model: LlamaModel, *, start_window: int, outer_lr: float, codec: CodecConfig
+    ) -> tuple[GlobalModel, RatingState]:
+        """The model at the start of the first uncommitted window, and the ratings before it.
+
+        On a fresh database `model` (as initialized) becomes the checkpoint of `start_window`. A
+        process that stopped before its first commit may come back in a later window: nothing was
+        aggregated yet, so the initial checkpoint is still the model, re-checkpointed at the new start."""
+        latest = self.latest_committed()
+        if latest is None:
+            first = self._tx(lambda s: nearest_checkpoint(session=s, window=start_window))
+            if first is not None:
+                load_model_bytes(model, load_checkpoint(store=self.blobs, record=first))
+            gm = GlobalModel(model, checkpoint_fingerprint(dict(model.named_parameters())), start_window)
+            self.checkpoint(gm)
+            return gm, RatingState()
+        target = latest + 1
+        if self._tx(lambda s: nearest_checkpoint(session=s, window=target)) is None:
+            raise LookupError(f"no checkpoint at or before window {target}")
+        return self.model_at(model, target, outer_lr=outer_lr, codec=codec), self.ratings_after(latest)
+
+    def _base_at_checkpoint(self, window: int, model: LlamaModel) -> str:
+        """The fingerprint of the model a checkpoint holds (the start of `window`)."""
+        here = self._tx(lambda s: queries.window_detail(session=s, window=window))
+        if here is not None:
+            return here.base_fingerprint
+        before = self._tx(lambda s: queries.window_detail(session=s, window=window - 1))
+        if before is not None:
+            return next_base(before.base_fingerprint, before.aggregate_digests)
+        return checkpoint_fingerprint(dict(model.named_parameters()))  # the very first checkpoint
+
+    def model_at(self, model: LlamaModel, window: int, *, outer_lr: float, codec: CodecConfig) -> GlobalModel:
+        """Load into `model` the global model at the start of `window` (checkpoint + aggregates)."""
+        plan = self._tx(lambda s: rebuild_plan(session=s, window=window))
+        load_model_bytes(model, load_checkpoint(store=self.blobs, record=plan.checkpoint))
+        gm = GlobalModel(
+            model, self._base_at_checkpoint(plan.checkpoint.window, model), plan.checkpoint.window
+        )
+        steps = []
+        for step in plan.steps:
+            if None in step.content_digests:
+                raise LookupError(f"window {step.window}: an aggregated submission is not archived")
+            blobs = [self.archive.get(d) for d in step.content_digests if d is not None]
+            steps.append((step.aggregate_digests, blobs, step.clip_reference))
+        replay_aggregates(gm, steps, outer_lr=outer_lr, codec=codec)
+        return gm

@@ -1,0 +1,244 @@
+"""Peer object stores: S3-compatible buckets (R2, SeaweedFS, ...) or a local folder.
+
+Writing (simulated peers, the archive) goes through obstore. Fetching a window's submissions:
+every peer's HEAD is queued first, in an order shuffled with the window's secret seed, each under
+a short timeout (size, etag, upload time judged against the put window from the validator's own
+observations); each GET queues behind them, pinned to the etag seen, under a per-peer time budget
+and a floor rate, never retried after a timeout; all under the window deadline. A peer the deadline
+left untouched is `missing`/`not_attempted` (not its fault, not penalised). Every outcome is a
+`FetchResult`; a peer's broken store is a recorded status, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import obstore as obs
+import structlog
+from obstore.store import LocalStore, S3Store
+
+from scoring.types import Reason
+from validator.fetch.peer_fetch import Headed, failed, get_step, head_step, probe
+from validator.fetch.peer_http import HttpLimits, PeerHttp
+from validator.fetch.sightings import Poller, Sightings
+from validator.fetch.types import (
+    FetchConfig,
+    FetchRequest,
+    FetchResult,
+    FetchStatus,
+    classify,
+    object_key,
+    put_end,
+)
+from validator.stores.commitments import StorageLocation
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+log = structlog.get_logger(__name__)
+
+__all__ = [
+    "FetchConfig", "FetchRequest", "FetchResult", "FetchStatus", "Fetcher", "classify", "fetch_order",
+    "object_key", "open_store", "publish",
+]  # fmt: skip
+
+
+def open_store(
+    location: StorageLocation,
+    config: FetchConfig | None = None,
+    *,
+    credentials: tuple[str, str] | None = None,
+    create: bool = False,
+) -> ObjectStore:
+    """An obstore store for a location; `credentials` (key id, secret) override the committed ones.
+
+    Only a writer (`create=True`) may create a `file://` folder: fetching must not make directories
+    wherever a peer's commitment points."""
+    config = config or FetchConfig()
+    if location.is_file:
+        return LocalStore(location.path, mkdir=create)
+    key_id, secret = credentials or (location.access_key_id, location.secret_access_key)
+    auth: dict[str, Any] = (
+        {"access_key_id": key_id, "secret_access_key": secret} if key_id else {"skip_signature": True}
+    )
+    return S3Store(
+        location.bucket,
+        endpoint=location.endpoint,
+        region=location.region,
+        virtual_hosted_style_request=False,
+        client_options={
+            "allow_http": location.scheme == "http",
+            "timeout": timedelta(seconds=config.request_timeout_s),
+            "connect_timeout": timedelta(seconds=config.connect_timeout_s),
+        },
+        # Retries are ours (bounded, under the window deadline), not the client's.
+        retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=config.request_timeout_s)},
+        **auth,
+    )
+
+
+async def publish(
+    location: StorageLocation,
+    key: str,
+    data: bytes,
+    *,
+    credentials: tuple[str, str] | None = None,
+    mtime: float | None = None,
+) -> None:
+    """Put an object (simulated peers, a validator publishing its selection).
+
+    `mtime` stamps a `file://` object's modification time, so a demo on a simulated chain clock
+    can upload "at" a chosen block time; it is refused for S3, whose stores set their own.
+    """
+    if mtime is not None and not location.is_file:
+        raise ValueError("mtime can only be set on file:// locations")
+    store = open_store(location, credentials=credentials, create=True)
+    await obs.put_async(store, key, data)
+    if mtime is not None:
+        os.utime(Path(location.path) / key, (mtime, mtime))
+
+
+class Fetcher:
+    """Fetches submissions with one store client per peer location, reused across windows, and
+    watches the next window's uploads (HEAD polls) when `poll_interval_s` is set."""
+
+    def __init__(self, config: FetchConfig) -> None:
+        self.config = config
+        self._stores: dict[StorageLocation, ObjectStore] = {}
+        self._pollers: dict[int, Poller] = {}
+
+    def retain(self, locations: set[StorageLocation]) -> None:
+        """Drop clients of locations no peer uses any more (commitments are peer-controlled)."""
+        for location in set(self._stores) - locations:
+            del self._stores[location]
+
+    def _store(self, location: StorageLocation) -> ObjectStore:
+        store = self._stores.get(location)
+        if store is None:
+            store = self._stores[location] = open_store(location, self.config)
+        return store
+
+    def limits(self) -> HttpLimits:
+        c = self.config
+        return HttpLimits(c.connect_timeout_s, c.min_bytes_per_s, c.rate_grace_s, c.allow_private_hosts)
+
+    def watch(self, window: int, requests: Sequence[FetchRequest], put_start: float) -> None:
+        """Poll `window`'s keys from `poll_lead_s` before its put window (opening at about
+        `put_start`, wall clock) until `poll_lead_s` after it closes or `observed(window)`."""
+        remote = [r for r in requests if not r.location.is_file]
+        if self.config.poll_interval_s <= 0 or not remote:
+            return
+        stores = {r.location: self._store(r.location) for r in remote}  # the poller's own copy
+
+        def head(http: PeerHttp, request: FetchRequest) -> Awaitable[str | None]:
+            return probe(http, stores[request.location], request)
+
+        if (old := self._pollers.pop(window, None)) is not None:
+            old.stop()
+        lead, end = self.config.poll_lead_s, put_end(put_start, self.config)
+        self._pollers[window] = Poller(
+            head, remote, self.limits(), start_at=put_start - lead, stop_at=end + lead,
+            interval_s=self.config.poll_interval_s, head_timeout_s=self.config.head_timeout_s,
+        ).start()  # fmt: skip
+
+    def observed(self, window: int) -> Sightings | None:
+        """Stop watching `window` (and anything older) and return what the polls saw."""
+        for old in [w for w in self._pollers if w < window]:
+            self._pollers.pop(old).stop()
+        poller = self._pollers.pop(window, None)
+        return poller.stop() if poller is not None else None
+
+    async def fetch_all(
+        self,
+        requests: Sequence[FetchRequest],
+        deadline_s: float,
+        on_result: Callable[[FetchResult], None] | None = None,
+        *,
+        seed: int | str | None = None,
+        sightings: Sightings | None = None,
+    ) -> list[FetchResult]:
+        """One result per request, in request order, within `deadline_s`.
+
+        `on_result` sees each result as soon as it is complete (to start decoding it early)."""
+        deadline = time.monotonic() + deadline_s
+        results: list[FetchResult | None] = [None] * len(requests)
+        stage: dict[int, str] = {}  # how far each peer got: head, headed, get
+        gate = asyncio.Semaphore(self.config.concurrency)
+
+        def finish(i: int, result: FetchResult) -> None:
+            results[i] = result
+            if on_result is not None:
+                on_result(result)
+
+        async with PeerHttp(self.limits(), connections=self.config.concurrency) as http:
+
+            async def one(i: int) -> None:
+                # The gate is FIFO and every HEAD queues before any GET: HEADs go first, and a
+                # GET starts as soon as a slot is free, not when the slowest HEAD has ended.
+                async with gate:
+                    stage[i] = "head"
+                    out = await self._head(http, requests[i], sightings)
+                if not isinstance(out, Headed):
+                    return finish(i, out)
+                stage[i] = "headed"
+                async with gate:
+                    stage[i] = "get"
+                    budget = min(self.config.peer_budget_s, deadline - time.monotonic())
+                    store = self._store(out.request.location)
+                    finish(i, await get_step(http, store, out, self.config, sightings, budget))
+
+            await _run_until([one(i) for i in fetch_order(len(requests), seed)], deadline)
+        return [r or _unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
+
+    async def fetch(self, request: FetchRequest, sightings: Sightings | None = None) -> FetchResult:
+        """One submission on its own: HEAD, then GET within the per-peer budget."""
+        async with PeerHttp(self.limits()) as http:
+            out = await self._head(http, request, sightings)
+            if not isinstance(out, Headed):
+                return out
+            store = self._store(request.location)
+            return await get_step(http, store, out, self.config, sightings, self.config.peer_budget_s)
+
+    async def _head(
+        self, http: PeerHttp, request: FetchRequest, sightings: Sightings | None
+    ) -> FetchResult | Headed:
+        if request.location.is_file and not Path(request.location.path).is_dir():
+            # nothing was ever published there (and fetching never creates a peer's folder)
+            return failed(request.hotkey, Reason.MISSING, "no submission in the store")
+        return await head_step(http, self._store(request.location), request, self.config, sightings)
+
+
+def fetch_order(count: int, seed: int | str | None) -> list[int]:
+    """Indices in the order to fetch: shuffled with the window's secret seed, so that no peer can
+    place itself (or a staller) ahead of others; request order without a seed."""
+    order = list(range(count))
+    if seed is not None:
+        random.Random(f"gauntlet/fetch-order|{seed}").shuffle(order)
+    return order
+
+
+async def _run_until(coroutines: Sequence[Awaitable[None]], deadline: float) -> None:
+    """Run all until done or the deadline, then cancel what is left."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    if tasks:
+        await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+    for task in tasks:
+        task.cancel()  # a no-op on finished ones
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):  # a bug, not a peer's fault: logged, the peer ends unfinished
+            log.error("fetch_task_failed", error=repr(outcome)[:300])
+
+
+def _unfinished(request: FetchRequest, stage: str | None) -> FetchResult:
+    """No result by the deadline: the store's fault when a request to it was in flight, nobody's
+    when the validator never sent it one (not penalised, DESIGN.md §7)."""
+    if stage in ("head", "get"):
+        return failed(request.hotkey, Reason.FETCH_FAILED, "the window's fetch deadline passed")
+    return failed(request.hotkey, Reason.NOT_ATTEMPTED, "the validator did not reach this peer in time")
