@@ -1,4 +1,4 @@
-"""Stage 7: the window as storage records (one transaction), and the rating state read back."""
+"""The window as storage records, committed in one transaction."""
 
 from __future__ import annotations
 
@@ -108,12 +108,6 @@ def rating_record(r: PeerRating) -> RatingRecord:
         last_evaluated_window=r.last_evaluated,
         state=r.to_dict(),
     )
-
-
-def rating_state(records: Mapping[str, RatingRecord], window: int | None) -> RatingState:
-    """The exact RatingState back from the records of one committed window."""
-    peers = {h: PeerRating.from_dict(r.state) for h, r in records.items()}
-    return RatingState(dict(sorted(peers.items())), window)
 
 
 def penalty_records(

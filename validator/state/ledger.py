@@ -7,7 +7,7 @@ window, so a restarted process continues exactly where the database says it stop
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -15,18 +15,23 @@ from sqlalchemy.orm import Session
 
 from scoring.fingerprint import checkpoint_fingerprint, next_base
 from scoring.model import LlamaModel
-from scoring.ranking import RatingState
+from scoring.ranking import PeerRating, RatingState
 from scoring.wire import CodecConfig
 from storage import queries
 from storage.archive import BlobStore, SubmissionArchive
 from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
 from storage.db import DatabaseConfig, run_in_transaction
-from storage.records import WeightSetRecord, WindowRecord
+from storage.records import RatingRecord, WeightSetRecord, WindowRecord
 from storage.writer import CommitOutcome, commit_window, record_weight_set
-from validator.round.recording import rating_state
 from validator.state.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
 
 T = TypeVar("T")
+
+
+def rating_state(records: Mapping[str, RatingRecord], window: int | None) -> RatingState:
+    """The exact RatingState back from the records of one committed window."""
+    peers = {h: PeerRating.from_dict(r.state) for h, r in records.items()}
+    return RatingState(dict(sorted(peers.items())), window)
 
 
 class CommittedElsewhere(RuntimeError):
