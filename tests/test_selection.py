@@ -1,54 +1,79 @@
+"""Which peers are aggregated: `select_aggregation` on its own, and `select_window`, which builds its
+candidates from the round's peers and the rating state exactly as the live round and replay do."""
+
+from __future__ import annotations
+
 import pytest
 
-from scoring.ranking import PeerRating, RatingState, ranked_by_uid
-from scoring.selection import (
-    Candidate,
-    SelectionConfig,
-    select_aggregation,
-    select_from_ratings,
-    select_peers,
-)
+from scoring.loss_score import PeerEval, Timings
+from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
+from scoring.selection import Candidate, SelectionConfig, select_aggregation
+from scoring.types import SparseUpdate, SubmissionMeta
+from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.round.policy import PolicyConfig, select_window
+
+NO_TIME = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
+# three evaluations, all +1, each with a clear own-data margin: proven under the default RatingConfig
+PROVEN = {"evaluations": 3, "positives": 3, "margin_sum": 3.0}
 
 
-def test_gather_and_reserve_by_score_with_key_tie_break() -> None:
-    scores = {u: float(10 - u // 2) for u in range(12)}  # pairs tie: (0,1), (2,3), ...
-    sel = select_peers(scores, range(12), set(), {}, SelectionConfig(gather_peers=3, reserve_peers=2))
-    assert sel.gather == (0, 1, 2)
-    assert sel.reserve == (3, 4)
+def rating(hotkey: str, uid: int, final: float, **kw: object) -> PeerRating:
+    return PeerRating(hotkey, uid, 25.0, 8.0, final=final, **{**PROVEN, **kw})  # type: ignore[arg-type]
 
 
-def test_exclusions() -> None:
-    scores = {1: 5.0, 2: 4.0, 3: 3.0, 4: 2.0, 5: 1.0, 6: 9.0}
-    valid = {1, 2, 3, 4, 5}  # 6 has the best score but no valid submission
-    sel = select_peers(scores, valid, banned={2}, neg_streaks={3: 3, 4: 2}, cfg=SelectionConfig(2, 5))
-    assert sel.gather == (1, 4)
-    assert sel.reserve == (5,)
+def peer(hotkey: str, uid: int, gain: float | None = 0.01, status: str = "ok") -> PeerWindow:
+    """A peer as the round has it after evaluation: `gain` None when it was not evaluated."""
+    update = SparseUpdate(SubmissionMeta(5, uid, hotkey, "base", "sig"), f"digest-{hotkey}")
+    losses = (5.0, 4.9, 5.0, 5.0 * (1 - (gain or 0.0)))
+    evaluation = None if gain is None else PeerEval(uid, *losses, gain, 0.02, 1, NO_TIME)
+    return PeerWindow(
+        PeerTarget(uid, hotkey, None),
+        status,
+        reason=None if status == "ok" else "bad_signature",
+        update=update if status == "ok" else None,
+        evaluation=evaluation,
+    )
 
 
-def test_zero_scores_selected_unless_positive_required() -> None:
-    scores = {"b": 0.0, "a": 0.0, "c": 1.0}
-    assert select_peers(scores, scores, (), {}).gather == ("c", "a", "b")
-    strict = SelectionConfig(require_positive=True)
-    assert select_peers(scores, scores, (), {}, strict).gather == ("c",)
+def test_select_window_reads_bans_streaks_and_proof_from_the_ratings() -> None:
+    state = RatingState(
+        {
+            "a": rating("a", 0, 3.0),
+            "b": rating("b", 1, 9.0, ban_until=10),
+            "c": rating("c", 2, 5.0, consecutive_negative=3),
+            "d": rating("d", 3, 1.0),
+            "e": rating("e", 4, 8.0, evaluations=0, positives=0, margin_sum=0.0),  # not proven yet
+            "f": rating("f", 5, 7.0),
+        },
+        4,
+    )
+    peers = [peer(h, u) for u, h in enumerate("abcde")] + [peer("f", 5, status="invalid"), peer("g", 6)]
+    cfg = PolicyConfig(RatingConfig(), SelectionConfig(gather_peers=1, reserve_peers=1))
+    sel = select_window(state, peers, 5, cfg)
+    # b banned, c on a losing streak, e unproven, f invalid, g unrated: a and d remain, by final score
+    assert (sel.gather, sel.reserve) == (("a",), ("d",))
+    assert select_window(state, [peer("b", 1)], 10, cfg).gather == ("b",)  # the ban is over
+    # the weights read the same state: banned peers count 0 until the ban ends
+    assert ranked_by_uid(state, 5) == [(4, 8.0), (5, 7.0), (2, 5.0), (0, 3.0), (3, 1.0), (1, 0.0)]
+
+
+def test_select_window_takes_the_gain_from_the_evaluation() -> None:
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate("abc")}, 4)
+    peers = [peer("a", 0, gain=0.01), peer("b", 1, gain=None), peer("c", 2, gain=-0.01)]
+    assert select_window(state, peers, 5, PolicyConfig()).gather == ("a",)  # unevaluated, harmful: out
+
+
+def test_select_window_aggregates_one_of_twins() -> None:
+    state = RatingState({"a": rating("a", 0, 1.0), "b": rating("b", 1, 2.0)}, 4)
+    peers = [peer("a", 0), peer("b", 1)]
+    assert select_window(state, peers, 5, PolicyConfig(), twins=[("a", "b")]).gather == ("b",)
 
 
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
         SelectionConfig(gather_peers=0)
-
-
-def test_select_from_ratings_reads_state() -> None:
-    peers = {
-        "a": PeerRating("a", 0, 25.0, 8.0, final=3.0),
-        "b": PeerRating("b", 1, 25.0, 8.0, final=9.0, ban_until=10),
-        "c": PeerRating("c", 2, 25.0, 8.0, final=5.0, consecutive_negative=3),
-        "d": PeerRating("d", 3, 25.0, 8.0, final=1.0),
-    }
-    state = RatingState(peers, 4)
-    sel = select_from_ratings(state, {"a", "b", "c", "d"}, 5, SelectionConfig(1, 1))
-    assert (sel.gather, sel.reserve) == (("a",), ("d",))
-    assert select_from_ratings(state, {"b"}, 10).gather == ("b",)  # ban over
-    assert ranked_by_uid(state, 5) == [(2, 5.0), (0, 3.0), (3, 1.0), (1, 0.0)]
+    with pytest.raises(ValueError):
+        SelectionConfig(gain_floor=1.5)
 
 
 def cand(key: str, gain: float | None = 0.01, **kw: object) -> Candidate:

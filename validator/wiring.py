@@ -73,9 +73,7 @@ def round_config(s: Settings) -> RoundConfig:
         ),
         policy=PolicyConfig(
             rating=RatingConfig(bma_warmup=s.bma_warmup, bma_threshold=s.bma_threshold),
-            selection=SelectionConfig(
-                gather_peers=s.gather_peers, reserve_peers=s.reserve_peers, require_positive=True
-            ),
+            selection=SelectionConfig(gather_peers=s.gather_peers, reserve_peers=s.reserve_peers),
         ),
         window=WindowConfig(s.blocks_per_window),
         secret=SecretBytes(s.validator_secret.get_secret_value().encode()),
