@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from statistics import median
 
-from scoring.types import SparseParam
+from scoring.types import SparseParam, param_norms
 
 
 def median_norms(norms: Sequence[Mapping[str, float]], floor: float = 0.0) -> dict[str, float]:
@@ -37,7 +37,8 @@ def clip_factor(norm: float, reference: float) -> float:
 def clip_factors(params: Mapping[str, SparseParam], reference: Mapping[str, float]) -> dict[str, float]:
     """One factor per parameter; a parameter without a reference is not clipped."""
     factors: dict[str, float] = {}
-    for name, p in params.items():
+    norms = param_norms(params)  # a stored update's recorded norms: nothing is decoded for them
+    for name in params:
         ref = reference.get(name)
-        factors[name] = 1.0 if ref is None else clip_factor(p.norm(), ref)
+        factors[name] = 1.0 if ref is None else clip_factor(norms[name], ref)
     return factors

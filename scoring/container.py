@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import mmap
 import struct
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ import numpy.typing as npt
 
 from scoring.types import Reason
 
+Data = bytes | mmap.mmap  # a whole file in memory, or the file mapped read-only (never written through)
 ITEMSIZE: Mapping[str, int] = {"U8": 1, "F16": 2, "F32": 4}
 _NP_DTYPES: Mapping[str, str] = {"U8": "<u1", "F16": "<f2", "F32": "<f4"}
 _MAX_INT_DIGITS = 20  # any honest size or offset fits in 2**64; longer integers are hostile
@@ -77,7 +79,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _load_header(data: bytes, max_header_bytes: int) -> tuple[dict[str, Any], int]:
+def _load_header(data: Data, max_header_bytes: int) -> tuple[dict[str, Any], int]:
     if len(data) < 8:
         raise Rejected(Reason.NOT_SAFETENSORS, f"file of {len(data)} bytes has no header")
     (n,) = struct.unpack("<Q", data[:8])
@@ -136,7 +138,7 @@ def _check_names(names: Collection[str], expected: Collection[str]) -> None:
 
 
 def read_container(
-    data: bytes, max_header_bytes: int, expected: Collection[str] | None
+    data: Data, max_header_bytes: int, expected: Collection[str] | None
 ) -> tuple[dict[str, Any], dict[str, Entry]]:
     """The raw `__metadata__` map and the expected tensors, each validated; the data tiled exactly."""
     header, data_start = _load_header(data, max_header_bytes)
@@ -156,7 +158,7 @@ def read_container(
     return metadata, entries
 
 
-def view(data: bytes, entry: Entry) -> npt.NDArray[Any]:
+def view(data: Data, entry: Entry) -> npt.NDArray[Any]:
     """A zero-copy, read-only little-endian view of one tensor's bytes."""
     return np.frombuffer(
         data, dtype=np.dtype(_NP_DTYPES[entry.dtype]), count=entry.length, offset=entry.start

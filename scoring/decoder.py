@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from scoring.container import Entry, Rejected, read_container, view
+from scoring.container import Data, Entry, Rejected, read_container, view
 from scoring.content import decode_param, indices_v1
 from scoring.rice import decode_indices
 from scoring.signing import verify_signature
@@ -38,7 +38,10 @@ from scoring.wire import (
     tensor_bounds,
 )
 
-__all__ = ["UNEXPECTED", "Expected", "Rejected", "decode_submission", "read_format", "submission_digest"]
+__all__ = [
+    "UNEXPECTED", "Data", "Expected", "Rejected", "Summary", "decode_stored", "decode_submission",
+    "read_format", "submission_digest", "summarize_submission",
+]  # fmt: skip
 UNEXPECTED = "decoder could not parse the file"  # the detail of a verdict from the catch-all boundary
 
 
@@ -54,31 +57,90 @@ class Expected:
 
 
 def decode_submission(
-    data: bytes, spec: ParamSpec, expect: Expected, cfg: CodecConfig | None = None
+    data: Data, spec: ParamSpec, expect: Expected, cfg: CodecConfig | None = None
 ) -> DecodeResult:
     """Decode and check one submission; a bad file yields a rejecting verdict, never an exception."""
     cfg = cfg or CodecConfig()
     meta: SubmissionMeta | None = None
     try:
-        cap = max_submission_bytes(spec, cfg)
-        if len(data) > cap:
-            raise Rejected(Reason.TOO_LARGE, f"{len(data)} bytes > cap {cap}")
-        bounds = tensor_bounds(spec, cfg, FORMAT)  # the same names in every format
-        metadata, entries = read_container(data, cfg.max_header_bytes, bounds)
-        meta, fmt = _parse_metadata(metadata, cfg)
-        _check_schema(entries, tensor_bounds(spec, cfg, fmt))
+        meta, _, entries, positions, digest = _checked(data, spec, expect, cfg)
         tensors = {name: view(data, e) for name, e in entries.items()}
-        positions = _stream_positions(spec, tensors, cfg) if fmt == FORMAT_V2 else {}
-        digest = payload_digest(canonical_tensors(tensors, positions))
-        _check_identity(meta, fmt, digest, expect)
         params = {name: _decode(name, shape, tensors, cfg, positions) for name, shape in spec.items()}
     except Rejected as r:
         return DecodeResult(Verdict.reject(r.reason, r.detail), None, meta)
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
-        detail = f"{UNEXPECTED}: {type(e).__name__}: {str(e)[:120]}"
-        return DecodeResult(Verdict.reject(Reason.BAD_HEADER, detail), None, meta)
+        return DecodeResult(_unexpected(e), None, meta)
     update = SparseUpdate(meta=meta, digest=digest, params=params, nbytes=len(data))
     return DecodeResult(Verdict.accept(), update, meta)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A submission that passed every check, kept as metadata: where each tensor lies in the file and
+    each parameter's norm. `decode_stored` reads one parameter back from the same bytes."""
+
+    meta: SubmissionMeta
+    digest: str
+    fmt: str
+    entries: Mapping[str, Entry]
+    norms: Mapping[str, float]
+    nbytes: int
+
+
+def summarize_submission(
+    data: Data, spec: ParamSpec, expect: Expected, cfg: CodecConfig | None = None
+) -> tuple[Verdict, SubmissionMeta | None, Summary | None]:
+    """The checks of `decode_submission`, every parameter decoded once for its norm and dropped: at
+    most one parameter's decoded form (plus the index positions the digest needs) is alive at once."""
+    cfg = cfg or CodecConfig()
+    meta: SubmissionMeta | None = None
+    try:
+        meta, fmt, entries, positions, digest = _checked(data, spec, expect, cfg)
+        tensors = {name: view(data, e) for name, e in entries.items()}
+        norms: dict[str, float] = {}
+        for name, shape in spec.items():
+            norms[name] = _decode(name, shape, tensors, cfg, positions).norm()
+            positions.pop(name, None)  # each stream's positions freed once its parameter is checked
+        del tensors
+    except Rejected as r:
+        return Verdict.reject(r.reason, r.detail), meta, None
+    except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
+        return _unexpected(e), meta, None
+    return Verdict.accept(), meta, Summary(meta, digest, fmt, entries, norms, len(data))
+
+
+def decode_stored(
+    data: Data, summary: Summary, name: str, shape: tuple[int, ...], cfg: CodecConfig
+) -> SparseParam:
+    """One parameter of a summarized file, from the same bytes: bit-identical to `decode_submission`'s.
+
+    Raises `Rejected` when the bytes no longer decode (they were checked: the storage changed them)."""
+    names = (f"{name}.idx", f"{name}.val", f"{name}.scale", f"{name}.lut")
+    tensors = {n: view(data, summary.entries[n]) for n in names}
+    positions = _stream_positions({name: shape}, tensors, cfg) if summary.fmt == FORMAT_V2 else {}
+    return _decode(name, shape, tensors, cfg, positions)
+
+
+def _checked(
+    data: Data, spec: ParamSpec, expect: Expected, cfg: CodecConfig
+) -> tuple[SubmissionMeta, str, dict[str, Entry], dict[str, npt.NDArray[np.uint16]], str]:
+    """Size, container, metadata, schema and identity: every check before the content's."""
+    cap = max_submission_bytes(spec, cfg)
+    if len(data) > cap:
+        raise Rejected(Reason.TOO_LARGE, f"{len(data)} bytes > cap {cap}")
+    bounds = tensor_bounds(spec, cfg, FORMAT)  # the same names in every format
+    metadata, entries = read_container(data, cfg.max_header_bytes, bounds)
+    meta, fmt = _parse_metadata(metadata, cfg)
+    _check_schema(entries, tensor_bounds(spec, cfg, fmt))
+    tensors = {name: view(data, e) for name, e in entries.items()}
+    positions = _stream_positions(spec, tensors, cfg) if fmt == FORMAT_V2 else {}
+    digest = payload_digest(canonical_tensors(tensors, positions))
+    _check_identity(meta, fmt, digest, expect)
+    return meta, fmt, entries, positions, digest
+
+
+def _unexpected(e: Exception) -> Verdict:
+    return Verdict.reject(Reason.BAD_HEADER, f"{UNEXPECTED}: {type(e).__name__}: {str(e)[:120]}")
 
 
 def submission_digest(
@@ -90,7 +152,7 @@ def submission_digest(
     return payload_digest(canonical_tensors(tensors, positions))
 
 
-def read_format(data: bytes, cfg: CodecConfig | None = None) -> str | None:
+def read_format(data: Data, cfg: CodecConfig | None = None) -> str | None:
     """The `format` a file declares, when it is a readable container naming a known one; else None."""
     try:
         metadata, _ = read_container(data, (cfg or CodecConfig()).max_header_bytes, None)

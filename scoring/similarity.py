@@ -63,11 +63,19 @@ def sampled(
     idx_parts: list[I64] = []
     val_parts: list[npt.NDArray[np.float32]] = []
     for u in updates:
-        # One tensor-to-numpy view per parameter, then cheap numpy slices per block.
-        idx_np = {n: u[n].indices.numpy() for n in names}
-        val_np = {n: u[n].values.numpy() for n in names}
-        idx_parts.extend(idx_np[n][a:z] for n, a, z, _ in blocks)
-        val_parts.extend(val_np[n][a:z] for n, a, z, _ in blocks)
+        # One parameter of one peer at a time (a stored update decodes it on access); the sampled
+        # slices are copied out, so no peer's whole parameter outlives its turn.
+        idx_cut: dict[tuple[str, int], I64] = {}
+        val_cut: dict[tuple[str, int], npt.NDArray[np.float32]] = {}
+        for n in names:
+            p = u[n]
+            idx_np, val_np = p.indices.numpy(), p.values.numpy()
+            for name, a, z, _ in blocks:
+                if name == n:
+                    idx_cut[(n, a)], val_cut[(n, a)] = idx_np[a:z].copy(), val_np[a:z].copy()
+            del p, idx_np, val_np
+        idx_parts.extend(idx_cut[(n, a)] for n, a, _, _ in blocks)
+        val_parts.extend(val_cut[(n, a)] for n, a, _, _ in blocks)
     shape = (len(updates), offsets.size)
     idx = np.concatenate(idx_parts).reshape(shape) + offsets
     return idx, np.concatenate(val_parts).reshape(shape)

@@ -5,6 +5,7 @@ These are plain values: no database rows (storage/models.py) and no API schemas 
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -99,6 +100,21 @@ class SparseParam:
         return float(torch.linalg.vector_norm(self.values))
 
 
+class NormedParams(Mapping[str, SparseParam]):
+    """An update's parameters that know their norms without being decoded: a stored submission read
+    back one parameter at a time (scoring/lazy_update.py). Norms and clip factors come from here."""
+
+    @abstractmethod
+    def norms(self) -> Mapping[str, float]: ...
+
+
+def param_norms(params: Mapping[str, SparseParam]) -> dict[str, float]:
+    """Each parameter's update norm: recorded when stored, else computed from the values."""
+    if isinstance(params, NormedParams):
+        return dict(params.norms())
+    return {name: p.norm() for name, p in params.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class SubmissionMeta:
     """The signed identity of a submission (safetensors metadata, DESIGN.md §4)."""
@@ -123,7 +139,7 @@ class SparseUpdate:
     nbytes: int = 0
 
     def norms(self) -> dict[str, float]:
-        return {name: p.norm() for name, p in self.params.items()}
+        return param_norms(self.params)
 
 
 @dataclass(frozen=True, slots=True)
