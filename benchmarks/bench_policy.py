@@ -22,7 +22,7 @@ import torch
 from scoring.aggregation import aggregate_into
 from scoring.clipping import median_norms
 from scoring.types import SparseParam
-from scoring.uniqueness import CopyTier, PeerPayload, exact_overlap, find_copies, offender_tiers
+from scoring.uniqueness import CopyTier, PeerPayload, exact_overlap, find_copies, offences
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find tests/
 from tests.uniqueness_fixtures import copy_of
@@ -60,7 +60,7 @@ def bench_uniqueness(peers: list[PeerPayload], planted: dict[str, CopyTier]) -> 
     times, found = [], {}
     for rep in range(3):
         t0 = time.perf_counter()
-        found = offender_tiers(find_copies(peers, seed=rep))
+        found = {k: f.tier for k, f in offences(find_copies(peers, seed=rep)).items()}
         times.append(time.perf_counter() - t0)
         if found != planted:
             raise SystemExit(f"uniqueness missed or invented copies: {found} != {planted}")

@@ -184,12 +184,14 @@ def _excess(overlap: npt.NDArray[np.float64] | np.float64, baseline: float) -> n
     return np.asarray((overlap - baseline) / (1.0 - baseline), dtype=np.float64)
 
 
-def offender_tiers(findings: Sequence[CopyFinding]) -> dict[str, CopyTier]:
-    """The most severe tier per offender; an unclear finding has no offender."""
-    tiers: dict[str, CopyTier] = {}
-    for f in (f for f in findings if f.clear):
-        tiers[f.offender] = max(tiers.get(f.offender, CopyTier.NONE), f.tier)
-    return tiers
+def offences(findings: Sequence[CopyFinding]) -> dict[str, CopyFinding]:
+    """Each offender's most severe finding (of equals, the first in `findings`): what the round
+    rejects it for. An unclear finding has no offender."""
+    worst: dict[str, CopyFinding] = {}
+    for f in findings:
+        if f.clear and (f.offender not in worst or f.tier > worst[f.offender].tier):
+            worst[f.offender] = f
+    return worst
 
 
 def unclear_pairs(findings: Sequence[CopyFinding]) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from scoring.encoder import compress_to_sparse
 from scoring.model import ModelConfig, build_model
 from scoring.train import InnerConfig, train_inner
 from scoring.types import SparseParam
-from scoring.uniqueness import PeerPayload, find_copies, offender_tiers
+from scoring.uniqueness import PeerPayload, find_copies, offences
 
 Update = dict[str, SparseParam]
 
@@ -74,7 +74,7 @@ def test_noisy_copies_and_blends_are_flagged_and_honest_peers_are_not(dataset: D
     peers = payloads(honest + adversaries, len(honest))
     for seed in range(4):
         found = find_copies(peers, seed=seed)
-        tiers = offender_tiers(found)
+        tiers = offences(found)
         assert set(tiers) == {"p5", "p6"}, [(f.offender, f.other, f.overlap, f.similarity) for f in found]
         noisy = next(f for f in found if f.offender == "p5")
         assert noisy.other == "p0" and noisy.overlap < 0.4  # the old fixed threshold never saw it

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from scoring.uniqueness import PeerPayload, find_copies, offender_tiers
+from scoring.uniqueness import PeerPayload, find_copies, offences
 from tests.uniqueness_fixtures import copy_of, random_update
 
 
@@ -21,7 +21,7 @@ def test_unsighted_backdated_duplicate_frames_nobody() -> None:
     found = find_copies([victim, thief], seed=1)
     assert found, "the identical pair is still reported"
     assert all(not f.clear for f in found)
-    assert offender_tiers(found) == {}
+    assert offences(found) == {}
 
 
 def test_unsighted_backdated_near_copy_frames_nobody() -> None:
@@ -31,7 +31,7 @@ def test_unsighted_backdated_near_copy_frames_nobody() -> None:
     victim = PeerPayload("victim", "dv", 10.0, victim_update, 2.0)
     thief = PeerPayload("thief", "dt", 0.001, stolen, math.inf)
     found = find_copies([victim, thief], seed=1)
-    assert offender_tiers(found) == {}
+    assert offences(found) == {}
 
 
 def test_two_sightings_still_decide_the_offender() -> None:
@@ -39,4 +39,4 @@ def test_two_sightings_still_decide_the_offender() -> None:
     victim_update = random_update(rng)
     victim = PeerPayload("victim", "same", 10.0, victim_update, 2.0)
     thief = PeerPayload("thief", "same", 20.0, victim_update, 2.0)
-    assert set(offender_tiers(find_copies([victim, thief], seed=1))) == {"thief"}
+    assert set(offences(find_copies([victim, thief], seed=1))) == {"thief"}

@@ -10,7 +10,7 @@ from scoring.uniqueness import (
     UniquenessConfig,
     exact_overlap,
     find_copies,
-    offender_tiers,
+    offences,
 )
 from tests.uniqueness_fixtures import copy_of, random_update
 
@@ -70,10 +70,10 @@ def test_unclear_order_penalises_nobody() -> None:
     for tb, res in ((1.0, 0.0), (1.5, 1.0), (0.2, 1.0)):
         found = find_copies([PeerPayload("a", "da", 1.0, a, res), PeerPayload("b", "db", tb, b, res)])
         assert [(f.offender, f.other, f.clear) for f in found] == [("b", "a", False)], (tb, res)
-        assert offender_tiers(found) == {}
+        assert offences(found) == {}
     found = find_copies([PeerPayload("a", "da", 1.0, a, 1.0), PeerPayload("b", "db", 2.0, b, 1.0)])
     assert [(f.offender, f.clear) for f in found] == [("b", True)]
-    assert offender_tiers(found) == {"b": CopyTier.RESET}
+    assert {k: f.tier for k, f in offences(found).items()} == {"b": CopyTier.RESET}
 
 
 def test_identical_payloads_seen_together_are_unclear() -> None:
@@ -81,7 +81,7 @@ def test_identical_payloads_seen_together_are_unclear() -> None:
     u = random_update(rng)
     found = find_copies([payload("thief", u, 1.0, "same"), payload("victim", u, 1.0, "same")])
     assert [(f.offender, f.other, f.clear) for f in found] == [("victim", "thief", False)]
-    assert offender_tiers(found) == {}
+    assert offences(found) == {}
 
 
 def test_duplicate_payloads() -> None:
@@ -116,3 +116,13 @@ def test_whole_chunk_copier_found_from_a_small_sample() -> None:
     found = find_copies(peers, cfg, seed=11)
     assert [(f.offender, f.other, f.tier) for f in found] == [("c", "v", CopyTier.BAN)]
     assert found[0].overlap == pytest.approx(exact_overlap(victim, copied))
+
+
+def test_offences_keep_each_offenders_most_severe_clear_finding() -> None:
+    """What the round rejects a copier for: its worst finding, the first of equals; unclear ones none."""
+    halve = CopyFinding("c", "a", 0.2, CopyTier.HALVE, Reason.COPY)
+    ban = CopyFinding("c", "b", 0.7, CopyTier.BAN, Reason.COPY)
+    ban_again = CopyFinding("c", "d", 0.9, CopyTier.BAN, Reason.COPY)
+    unclear = CopyFinding("e", "a", 0.9, CopyTier.BAN, Reason.COPY, clear=False)
+    assert offences([halve, ban, ban_again, unclear]) == {"c": ban}
+    assert offences([ban_again, halve, ban]) == {"c": ban_again}
