@@ -142,12 +142,6 @@ def window_seed(secret: bytes | SecretBytes, window: int) -> str:
     return hmac.new(key, f"gauntlet/window|{window}".encode(), hashlib.sha256).hexdigest()
 
 
-def heldout_pages(window: int, *, secret: bytes, n_pages: int, dataset: Dataset) -> tuple[str, list[int]]:
-    """(window seed hex, held-out pages). Replay passes the stored seed to `heldout_from_seed`."""
-    seed_hex = window_seed(secret, window)
-    return seed_hex, heldout_from_seed(seed_hex, n_pages=n_pages, dataset=dataset)
-
-
 def heldout_from_seed(seed_hex: str, *, n_pages: int, dataset: Dataset) -> list[int]:
     return draw_pages(derive_seed("heldout", bytes.fromhex(seed_hex)), n_pages, dataset.n_pages)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -246,9 +245,3 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager[object]:
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def iter_flat_params(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, flat view) pairs: in-place writes through the view change the parameter."""
-    for name, p in model.named_parameters():
-        yield name, p.detach().view(-1)

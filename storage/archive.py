@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 import obstore as obs
-from obstore.store import LocalStore, S3Store
+from obstore.store import LocalStore
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -81,11 +81,6 @@ class ObjectBlobStore:
     @classmethod
     def local(cls, root: Path | str) -> ObjectBlobStore:
         return cls(LocalStore(str(root), mkdir=True))
-
-    @classmethod
-    def s3(cls, bucket: str, **config: Any) -> ObjectBlobStore:
-        """`config` is passed to obstore's S3Store (endpoint, region, credentials, ...)."""
-        return cls(S3Store(bucket, **config))
 
     def put(self, key: str, data: bytes) -> None:
         obs.put(self.store, _check_key(key), data)

@@ -21,20 +21,6 @@ from storage.records import CheckpointRecord
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointConfig:
-    """Save a checkpoint at every window divisible by `every_windows`."""
-
-    every_windows: int = 100
-
-    def __post_init__(self) -> None:
-        if self.every_windows < 1:
-            raise ValueError("every_windows must be >= 1")
-
-    def is_due(self, window: int) -> bool:
-        return window % self.every_windows == 0
-
-
-@dataclass(frozen=True, slots=True)
 class AggregateStep:
     """One window's aggregate: the payload digests aggregated and where their bytes are archived."""
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 DEFAULT_DATABASE_URL = "sqlite:///gauntlet.db"
 DATABASE_URL_ENV = "GAUNTLET_DATABASE_URL"
@@ -83,10 +83,6 @@ def make_engine(url: str | DatabaseConfig) -> Engine:
         pool_recycle=3600,
         connect_args=connect_args,
     )
-
-
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
 
 
 @contextmanager

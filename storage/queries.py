@@ -42,11 +42,6 @@ def _rating(row: m.Rating | m.RatingHistory) -> RatingRecord:
     return RatingRecord(**{f: getattr(row, f) for f in _RATING_FIELDS})
 
 
-def load_ratings(*, session: Session) -> dict[str, RatingRecord]:
-    """The current rating of every peer, by hotkey."""
-    return {r.hotkey: _rating(r) for r in session.scalars(select(m.Rating))}
-
-
 def ratings_at(*, session: Session, window: int) -> dict[str, RatingRecord]:
     """Every peer's rating exactly as committed by `window` (the validator rates all tracked peers
     every window, so this is the whole rating state after that window)."""
@@ -62,22 +57,6 @@ def seen_payload_digests(*, session: Session, digests: list[str], before_window:
         m.Submission.window < before_window, m.Submission.payload_digest.in_(digests)
     )
     return {d for d in session.scalars(stmt.distinct()) if d is not None}
-
-
-def load_rating_state_before(*, session: Session, window: int) -> dict[str, RatingRecord]:
-    """Each peer's rating as committed by the latest window before `window` (replay's starting state)."""
-    latest = (
-        select(m.RatingHistory.hotkey, func.max(m.RatingHistory.window).label("w"))
-        .where(m.RatingHistory.window < window)
-        .group_by(m.RatingHistory.hotkey)
-        .subquery()
-    )
-    rows = session.scalars(
-        select(m.RatingHistory).join(
-            latest, (m.RatingHistory.hotkey == latest.c.hotkey) & (m.RatingHistory.window == latest.c.w)
-        )
-    )
-    return {r.hotkey: _rating(r) for r in rows}
 
 
 def rank_key(final_score: float, mu: float, sigma: float, uid: int, hotkey: str = "") -> tuple[Any, ...]:

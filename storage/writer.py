@@ -8,7 +8,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, insert, update
+from sqlalchemy import Table, insert
 from sqlalchemy.orm import Session
 
 from storage import models as m
@@ -59,12 +59,6 @@ def open_window(*, session: Session, record: WindowRecord) -> bool:
     stmt = stmt.values(**_window_values(record, "open", datetime.now(UTC)))
     stmt = stmt.on_conflict_do_nothing(index_elements=["window"]).returning(table_of(m.Window).c.window)
     return session.execute(stmt).first() is not None
-
-
-def mark_window_scored(*, session: Session, window: int) -> bool:
-    """open → scored; False when the window is missing or already past `open`."""
-    stmt = update(m.Window).where(m.Window.window == window, m.Window.state == "open")
-    return session.execute(stmt.values(state="scored").returning(m.Window.window)).first() is not None
 
 
 def _claim_window(session: Session, record: WindowRecord) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from scoring.clipping import median_norms
-from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_pages
+from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed, window_seed
 from scoring.loss_score import LossScoreConfig, PeerEval, PeerJob, evaluate_peers
 from scoring.model import LlamaModel, ModelConfig, build_model
 from scoring.train import InnerConfig, train_inner
@@ -65,7 +65,8 @@ def run_window(model: LlamaModel, ds: Dataset, window: int, tag: str, out: Outco
     big = scaled(honest, 1000.0)
     updates = {HONEST: honest, NOISE: noise, SCALED: big} | dict.fromkeys(LAZY_UIDS, lazy)
     reference = median_norms([{n: p.norm() for n, p in u.items()} for u in (honest, lazy, noise, big)])
-    seed_hex, held = heldout_pages(window, secret=tag.encode(), n_pages=HELD, dataset=ds)
+    seed_hex = window_seed(tag.encode(), window)
+    held = heldout_from_seed(seed_hex, n_pages=HELD, dataset=ds)
     jobs = []
     for uid, update in updates.items():
         sample = eval_sample(seed_hex, uid, assigned=pages[uid], k=PAGES)

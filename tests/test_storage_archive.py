@@ -18,7 +18,6 @@ from storage.archive import (
     SubmissionArchive,
 )
 from storage.checkpoints import (
-    CheckpointConfig,
     load_checkpoint,
     nearest_checkpoint,
     rebuild_plan,
@@ -93,8 +92,6 @@ def test_prune_keeps_blobs_still_referenced(engine: Engine, tmp_path: Path) -> N
 
 def test_checkpoints_and_rebuild_plan(engine: Engine, tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
-    config = CheckpointConfig(every_windows=2)
-    assert config.is_due(4) and not config.is_due(5)
     with session_scope(engine) as s:
         for w in range(2, 6):
             commit_window(session=s, record=make_window(w))
@@ -121,6 +118,4 @@ def test_checkpoints_and_rebuild_plan(engine: Engine, tmp_path: Path) -> None:
 def test_configs_validate() -> None:
     with pytest.raises(ValueError):
         ArchiveConfig(retention_windows=0)
-    with pytest.raises(ValueError):
-        CheckpointConfig(every_windows=0)
     assert SubmissionRecord("h", 1, "ok").status == "ok"

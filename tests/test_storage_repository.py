@@ -13,8 +13,6 @@ from storage.queries import (
     latest_committed_window,
     leaderboard,
     list_windows,
-    load_rating_state_before,
-    load_ratings,
     peer_history,
     peer_summary,
     ratings_at,
@@ -25,7 +23,7 @@ from storage.queries import (
     window_state,
 )
 from storage.records import RatingRecord, SubmissionRecord, WeightSetRecord
-from storage.writer import CommitOutcome, commit_window, mark_window_scored, open_window, record_weight_set
+from storage.writer import CommitOutcome, commit_window, open_window, record_weight_set
 from tests.storage_fixtures import (  # noqa: F401
     db_url_fixture,
     engine_fixture,
@@ -69,17 +67,13 @@ def test_second_commit_is_a_no_op(engine: Engine) -> None:
     assert got is not None and got.code_version == "0.1.0+test"
 
 
-def test_open_scored_committed_state_machine(engine: Engine) -> None:
+def test_open_then_committed(engine: Engine) -> None:
     record = make_window(11)
     with session_scope(engine) as s:
         assert open_window(session=s, record=record)
         assert not open_window(session=s, record=record)
         assert window_state(session=s, window=11) == "open"
         assert latest_committed_window(session=s) is None
-    with session_scope(engine) as s:
-        assert mark_window_scored(session=s, window=11)
-        assert not mark_window_scored(session=s, window=11)
-        assert window_state(session=s, window=11) == "scored"
     with session_scope(engine) as s:
         assert commit_window(session=s, record=record) is CommitOutcome.COMMITTED
     with session_scope(engine) as s:
@@ -96,20 +90,18 @@ def test_ratings_leaderboard_history_and_replay_state(engine: Engine) -> None:
     with session_scope(engine) as s:
         commit_window(session=s, record=make_window(0))
     with session_scope(engine) as s:
-        ratings = load_ratings(session=s)
+        current = peer_summary(session=s, hotkey=hotkey(5))
         board = leaderboard(session=s, limit=3)
         history = peer_history(session=s, hotkey=hotkey(2))
         short = peer_history(session=s, hotkey=hotkey(2), limit=2, before=3)
-        before = load_rating_state_before(session=s, window=3)
         latest = latest_committed_window(session=s)
-    assert ratings[hotkey(5)] == make_window(3).ratings[5]
+    assert current is not None and current.rating == make_window(3).ratings[5]
     assert [e.hotkey for e in board] == [hotkey(7), hotkey(6), hotkey(5)]
     assert [e.rank for e in board] == [1, 2, 3]
     assert board[0].final_score == 7 / 7 + 3 and board[0].updated_window == 3
     assert [p.window for p in history] == [0, 1, 2, 3]
     assert history[-1].mu == 25.0 + 2 / 3 + 3 / 1000
     assert [p.window for p in short] == [1, 2]
-    assert before == {r.hotkey: r for r in make_window(2).ratings}
     assert latest == 3
 
 
