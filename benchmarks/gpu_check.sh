@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
-if ! "$py" -c "import scoring.loss_score, validator.workers, ray" 2>/dev/null; then
+# GPU_CHECK_NO_INSTALL=1: the environment is prepared already (an offline host with carried wheels).
+if [ -z "${GPU_CHECK_NO_INSTALL:-}" ] && ! "$py" -c "import scoring.loss_score, validator.workers, ray" 2>/dev/null; then
   "$py" -m pip install -q -e '.[cluster]'
 fi
 if ! "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
