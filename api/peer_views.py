@@ -71,20 +71,7 @@ class PeerFilter:
 
 
 def _row(entry: LeaderboardEntry, status: str | None, label: str | None) -> PeerRow:
-    return PeerRow(
-        rank=entry.rank,
-        uid=entry.uid,
-        hotkey=entry.hotkey,
-        mu=entry.mu,
-        sigma=entry.sigma,
-        ordinal=entry.mu - 3 * entry.sigma,
-        bma=entry.bma,
-        final_score=entry.final_score,
-        last_status=status,
-        last_evaluated_window=entry.last_evaluated_window,
-        updated_window=entry.updated_window,
-        label=label,
-    )
+    return public(PeerRow, entry, last_status=status, label=label)
 
 
 def _sorted(rows: list[PeerRow], sort: PeerSort, descending: bool) -> list[PeerRow]:
@@ -178,17 +165,5 @@ def history_body(
         hotkey=hotkey,
         from_window=from_window,
         to_window=to_window,
-        points=[
-            HistoryPointOut(
-                window=p.window,
-                uid=p.uid,
-                mu=p.mu,
-                sigma=p.sigma,
-                ordinal=p.mu - 3 * p.sigma,
-                bma=p.bma,
-                final_score=p.final_score,
-            )
-            for p in points
-            if from_window is None or p.window >= from_window
-        ],
+        points=[public(HistoryPointOut, p) for p in points if from_window is None or p.window >= from_window],
     )

@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# A selected peer's role (storage.records.SELECTION_ROLES; tests/test_storage_vocabulary.py checks).
+Role = Literal["gather", "reserve"]
+
 
 class Schema(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,7 +75,7 @@ class PenaltyOut(Schema):
 class SelectionOut(Schema):
     hotkey: str
     uid: int
-    role: Literal["gather", "reserve"]
+    role: Role
     rank: int
 
 
@@ -197,7 +200,7 @@ class WindowDetail(Schema):
 class SelectedPeer(Schema):
     hotkey: str
     uid: int
-    role: Literal["gather", "reserve"]
+    role: Role
     rank: int
     object_key: str | None
     etag: str | None

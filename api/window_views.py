@@ -23,7 +23,7 @@ from api.schemas import (
     WindowSummaryOut,
 )
 from storage.queries import list_windows, weight_sets, window_detail
-from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord
+from storage.records import COMMITTED, EvaluationRecord, RatingRecord, SubmissionRecord
 
 M = TypeVar("M", bound=BaseModel)
 MAX_WINDOW = 2**31 - 1  # the column is a 32-bit integer: larger numbers cannot exist
@@ -48,7 +48,7 @@ def load_window(session: Session, memo: WindowMemo, window: int) -> StoredWindow
     if record is None:  # deleted between the two reads
         return None
     stored = (headers[0], record)
-    if headers[0].state == "committed":
+    if headers[0].state == COMMITTED:
         memo.put(stored)
     return stored
 
@@ -60,17 +60,7 @@ def public(model: type[M], record: object, **extra: Any) -> M:
 
 
 def rating_out(r: RatingRecord) -> RatingOut:
-    return RatingOut(
-        hotkey=r.hotkey,
-        uid=r.uid,
-        mu=r.mu,
-        sigma=r.sigma,
-        ordinal=r.mu - 3 * r.sigma,
-        bma=r.bma,
-        final_score=r.final_score,
-        penalty=dict(r.penalty),
-        last_evaluated_window=r.last_evaluated_window,
-    )
+    return public(RatingOut, r, penalty=dict(r.penalty))
 
 
 def evaluation_out(e: EvaluationRecord) -> EvaluationOut:

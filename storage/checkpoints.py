@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from storage import models as m
 from storage.archive import ArchiveCorruptError, BlobStore, sha256_hex
 from storage.dialect import upsert
-from storage.records import CheckpointRecord
+from storage.records import COMMITTED, CheckpointRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +96,7 @@ def rebuild_plan(*, session: Session, window: int) -> RebuildPlan:
         raise LookupError(f"no checkpoint at or before window {window}")
     rows = session.scalars(
         select(m.Window)
-        .where(m.Window.window >= checkpoint.window, m.Window.window < window, m.Window.state == "committed")
+        .where(m.Window.window >= checkpoint.window, m.Window.window < window, m.Window.state == COMMITTED)
         .order_by(m.Window.window)
     ).all()
     found = [r.window for r in rows]

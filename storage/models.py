@@ -27,6 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from storage.records import SELECTION_ROLES, WINDOW_STATES
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -50,6 +52,11 @@ class Base(DeclarativeBase):
         float: Double,
         datetime: UTC_TIME,
     }
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    """A check constraint's SQL: `column` holds one of `values` (storage/records.py's vocabulary)."""
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
 def _window_fk() -> Mapped[int]:
@@ -80,7 +87,7 @@ class PeerUid(Base):
 
 class Window(Base):
     __tablename__ = "windows"
-    __table_args__ = (CheckConstraint("state IN ('open', 'scored', 'committed')", name="state"),)
+    __table_args__ = (CheckConstraint(_one_of("state", WINDOW_STATES), name="state"),)
     window: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     state: Mapped[str] = mapped_column(String(16), index=True)
     base_fingerprint: Mapped[str] = mapped_column(DIGEST)
@@ -192,7 +199,7 @@ class CopyPair(Base):
 
 class Selection(Base):
     __tablename__ = "selections"
-    __table_args__ = (CheckConstraint("role IN ('gather', 'reserve')", name="role"),)
+    __table_args__ = (CheckConstraint(_one_of("role", SELECTION_ROLES), name="role"),)
     window: Mapped[int] = _window_fk()
     hotkey: Mapped[str] = _peer_fk()
     uid: Mapped[int]

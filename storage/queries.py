@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from storage import models as m
 from storage.records import (
+    COMMITTED,
     CopyPairRecord,
     EvaluationRecord,
     HistoryPoint,
@@ -22,6 +23,7 @@ from storage.records import (
     WeightSetRecord,
     WindowRecord,
     WindowSummary,
+    ordinal,
 )
 from storage.writer import utc
 
@@ -63,7 +65,7 @@ def rank_key(final_score: float, mu: float, sigma: float, uid: int, hotkey: str 
     """THE ranking rule, used by the API, the dashboard (through the API) and the CLI table: best
     final score first, then the better ordinal mu - 3 sigma (many peers tie at final 0, and an ok
     peer must not rank below an invalid one), then the lower uid; the hotkey only makes it total."""
-    return (-final_score, -(mu - 3 * sigma), uid, hotkey)
+    return (-final_score, -ordinal(mu, sigma), uid, hotkey)
 
 
 def leaderboard(*, session: Session, limit: int | None = None) -> list[LeaderboardEntry]:
@@ -125,7 +127,7 @@ def schema_revision(*, session: Session) -> str | None:
 
 
 def latest_committed_window(*, session: Session) -> int | None:
-    stmt = select(func.max(m.Window.window)).where(m.Window.state == "committed")
+    stmt = select(func.max(m.Window.window)).where(m.Window.state == COMMITTED)
     return session.scalar(stmt)
 
 

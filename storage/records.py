@@ -7,16 +7,27 @@ Timestamps are timezone-aware UTC; JSON mappings hold only JSON values (floats r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
 
+# The values of scoring.ranking.Status that are recorded (storage does not import scoring;
+# tests/test_storage_vocabulary.py checks that the two agree).
 SUBMISSION_STATUSES: Final = frozenset({"ok", "missing", "early", "late", "invalid"})
-SELECTION_ROLES: Final = frozenset({"gather", "reserve"})
-WINDOW_STATES: Final = ("open", "scored", "committed")
+# Tuples, in the order the schema's check constraints list them (storage/models.py).
+SELECTION_ROLES: Final = ("gather", "reserve")
+OPEN: Final = "open"
+COMMITTED: Final = "committed"
+WINDOW_STATES: Final = (OPEN, "scored", COMMITTED)
 WEIGHT_OUTCOMES: Final = frozenset({"ok", "failed", "skipped"})
 
 JsonMap = Mapping[str, Any]
+
+
+def ordinal(mu: float, sigma: float) -> float:
+    """The conservative rating mu - 3 sigma (scoring.ranking.PeerRating.ordinal): ranks peers that
+    tie on final score, and is what the API shows as `ordinal`."""
+    return mu - 3 * sigma
 
 
 def _check_window(window: int) -> None:
@@ -76,6 +87,13 @@ class EvaluationRecord:
         if self.indicator not in (-1, 1):
             raise ValueError(f"indicator must be -1 or +1, got {self.indicator}")
 
+    @classmethod
+    def of(cls, hotkey: str, result: object, timings: JsonMap) -> EvaluationRecord:
+        """The record of an evaluation result that carries these fields under the same names
+        (scoring.loss_score.PeerEval): the measured fields are listed once, by this dataclass."""
+        measured = [f.name for f in fields(cls) if f.name not in ("hotkey", "timings")]
+        return cls(hotkey=hotkey, timings=timings, **{n: getattr(result, n) for n in measured})
+
 
 @dataclass(frozen=True, slots=True)
 class RatingRecord:
@@ -94,6 +112,10 @@ class RatingRecord:
     def __post_init__(self) -> None:
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}")
+
+    @property
+    def ordinal(self) -> float:
+        return ordinal(self.mu, self.sigma)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +245,10 @@ class LeaderboardEntry:
     last_evaluated_window: int | None
     updated_window: int
 
+    @property
+    def ordinal(self) -> float:
+        return ordinal(self.mu, self.sigma)
+
 
 @dataclass(frozen=True, slots=True)
 class HistoryPoint:
@@ -234,6 +260,10 @@ class HistoryPoint:
     sigma: float
     bma: float
     final_score: float
+
+    @property
+    def ordinal(self) -> float:
+        return ordinal(self.mu, self.sigma)
 
 
 @dataclass(frozen=True, slots=True)

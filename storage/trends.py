@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from storage import models as m
+from storage.records import COMMITTED
 from storage.writer import utc
 
 
@@ -42,7 +43,7 @@ def window_trends(*, session: Session, limit: int = 100) -> list[WindowTrend]:
     w = m.Window
     headers = session.execute(
         select(w.window, w.committed_at, w.timings)
-        .where(w.state == "committed")
+        .where(w.state == COMMITTED)
         .order_by(w.window.desc())
         .limit(limit)
     ).all()

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from storage import models as m
 from storage.dialect import table_of, upsert
-from storage.records import WeightSetRecord, WindowRecord
+from storage.records import COMMITTED, OPEN, WeightSetRecord, WindowRecord
 
 
 class CommitOutcome(enum.Enum):
@@ -49,14 +49,14 @@ def _window_values(record: WindowRecord, state: str, now: datetime) -> dict[str,
         "clip_reference": dict(record.clip_reference),
         "salvaged": record.salvaged,
         "opened_at": now,
-        "committed_at": now if state == "committed" else None,
+        "committed_at": now if state == COMMITTED else None,
     }
 
 
 def open_window(*, session: Session, record: WindowRecord) -> bool:
     """Record that a window is being scored (state `open`); False if a row already exists."""
     stmt = upsert(session, m.Window)
-    stmt = stmt.values(**_window_values(record, "open", datetime.now(UTC)))
+    stmt = stmt.values(**_window_values(record, OPEN, datetime.now(UTC)))
     stmt = stmt.on_conflict_do_nothing(index_elements=["window"]).returning(table_of(m.Window).c.window)
     return session.execute(stmt).first() is not None
 
@@ -65,11 +65,11 @@ def _claim_window(session: Session, record: WindowRecord) -> bool:
     # One upsert claims the window: concurrent committers serialise on the primary key and the
     # loser sees state 'committed' in the WHERE clause and gets no row back. It is also the first
     # statement, so SQLite takes its write lock before reading anything (no lock-upgrade deadlock).
-    values = _window_values(record, "committed", datetime.now(UTC))
+    values = _window_values(record, COMMITTED, datetime.now(UTC))
     stmt = upsert(session, m.Window).values(**values)
     update_cols = {k: stmt.excluded[k] for k in values if k not in ("window", "opened_at")}
     stmt = stmt.on_conflict_do_update(
-        index_elements=["window"], set_=update_cols, where=m.Window.state != "committed"
+        index_elements=["window"], set_=update_cols, where=m.Window.state != COMMITTED
     )
     # RETURNING, not rowcount: drivers disagree on rowcount for a skipped upsert.
     return session.execute(stmt.returning(table_of(m.Window).c.window)).first() is not None

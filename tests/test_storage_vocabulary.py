@@ -1,0 +1,46 @@
+"""One vocabulary across the layers: storage cannot import scoring and the API schema is a contract of
+its own, so the names and values they repeat are checked against the one definition here."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import get_args
+
+from api.schemas import EvaluationOut, Role
+from scoring.loss_score import PeerEval, Timings
+from scoring.ranking import PeerRating, Status
+from storage import models as m
+from storage.records import SELECTION_ROLES, SUBMISSION_STATUSES, EvaluationRecord, RatingRecord
+
+
+def test_storage_records_every_submission_status_of_the_enum() -> None:
+    # `skipped` is the rating's view of a peer the fetch never reached; its submission is recorded
+    # as `missing` with reason `not_attempted`, so storage never holds it.
+    assert {Status(s) for s in SUBMISSION_STATUSES} == set(Status) - {Status.SKIPPED}
+
+
+def test_the_schema_names_the_selection_roles_storage_allows() -> None:
+    assert get_args(Role) == SELECTION_ROLES
+
+
+def test_the_evaluation_fields_agree_everywhere() -> None:
+    measured = {f.name for f in fields(PeerEval)} - {"uid", "timings"}
+    assert len(measured) == 7
+    assert {f.name for f in fields(EvaluationRecord)} == measured | {"hotkey", "timings"}
+    assert set(EvaluationOut.model_fields) == measured | {"hotkey"}
+    assert set(m.Evaluation.__table__.columns.keys()) == measured | {"window", "hotkey", "timings"}
+
+
+def test_an_evaluation_record_carries_the_result_unchanged() -> None:
+    result = PeerEval(3, 5.5, 5.25, 5.0, 4.75, 0.05, 0.0454, -1, Timings(0.0, 0.1, 0.2, 0.3, 0.6))
+    record = EvaluationRecord.of("hk", result, {"total_s": 0.6})
+    assert (record.hotkey, record.timings) == ("hk", {"total_s": 0.6})
+    assert [getattr(record, f) for f in ("loss_own_before", "loss_own_after", "indicator")] == [5.5, 5.25, -1]
+    assert (record.loss_rand_before, record.loss_rand_after, record.score) == (5.0, 4.75, 0.05)
+    assert record.own_gain == 0.0454
+
+
+def test_storage_ordinal_is_the_ratings() -> None:
+    peer = PeerRating("hk", 1, mu=27.3, sigma=6.1)
+    record = RatingRecord("hk", 1, mu=peer.mu, sigma=peer.sigma, bma=0.0, final_score=0.0)
+    assert record.ordinal == peer.ordinal == 27.3 - 3 * 6.1
