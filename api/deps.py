@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.responses import Response
+from pydantic import BaseModel
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.cache import CommitTracker, ResponseCache, TimedMemo, WindowMemo
 from api.events import EventBroker, StreamSlots
+from api.http import LIVE, dump, json_response
 from api.metrics import ApiMetrics
 from api.ratelimit import RateLimiter
 from api.redis_gate import RedisGate
@@ -129,3 +132,17 @@ async def ops_rate_limit(request: Request, state: StateDep) -> None:
     """The same for operations endpoints, on a budget of their own: a scraper and a dashboard from
     one address do not starve each other."""
     await _limit(state.ops_limiter, request, state)
+
+
+async def hot_read(
+    request: Request, state: AppState, name: str, view: Callable[[Session, int | None], BaseModel]
+) -> Response:
+    """A read that changes only when a window is committed: the body is cached under the newest
+    committed window (so a commit invalidates it) and `view(session, latest)` runs on a miss."""
+    latest = await state.commits.latest()
+
+    def build() -> bytes:
+        return dump(state.read_sync(lambda s: view(s, latest)))
+
+    body = await state.cache.fetch(state.cache.key(latest, name), build)
+    return json_response(request, body, cache_control=LIVE)

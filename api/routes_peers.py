@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from api.deps import StateDep, rate_limit
-from api.http import ERROR_RESPONSES, LIVE, dump, json_response
+from api.deps import StateDep, hot_read, rate_limit
+from api.http import ERROR_RESPONSES
 from api.peer_views import PeerFilter, PeerSort, history_body, peer_detail, peer_list, resolve_peer
 from api.schemas import PeerDetail, PeerHistory, PeerList
 from api.window_views import MAX_WINDOW
@@ -41,30 +41,17 @@ async def get_peers(
         str | None, Query(pattern=NAME, description="only peers with this behaviour (where known)")
     ] = None,
 ) -> Response:
-    latest = await state.commits.latest()
     where = PeerFilter(status=status, hotkey_prefix=hotkey_prefix, label=label)
-    # The cache key carries the filter; repr quotes the prefix, so no two filters share a key.
-    key = state.cache.key(latest, f"peers:{sort}:{order}:{limit}:{offset}:{where!r}")
     labels = dict(state.config.peer_labels)
 
-    def build() -> bytes:
-        return dump(
-            state.read_sync(
-                lambda s: peer_list(
-                    s,
-                    state.memo,
-                    latest=latest,
-                    sort=sort,
-                    descending=order == "desc",
-                    limit=limit,
-                    offset=offset,
-                    where=where,
-                    labels=labels,
-                )
-            )
-        )
+    def view(s: Session, latest: int | None) -> PeerList:
+        return peer_list(
+            s, state.memo, latest=latest, sort=sort, descending=order == "desc", limit=limit, offset=offset,
+            where=where, labels=labels,
+        )  # fmt: skip
 
-    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+    # The cache key carries the filter; repr quotes the prefix, so no two filters share a key.
+    return await hot_read(request, state, f"peers:{sort}:{order}:{limit}:{offset}:{where!r}", view)
 
 
 @router.get("/peers/{peer}", response_model=PeerDetail, summary="One peer and its newest windows")
@@ -74,16 +61,10 @@ async def get_peer(
     peer: PeerIdent,
     windows: Annotated[int, Query(ge=1, le=50, description="how many of its newest windows")] = 10,
 ) -> Response:
-    latest = await state.commits.latest()
-    key = state.cache.key(latest, f"peer:{peer}:{windows}")
+    def view(s: Session, _latest: int | None) -> PeerDetail:
+        return peer_detail(s, state.memo, resolve_peer(s, peer), n_windows=windows)
 
-    def build() -> bytes:
-        def work(s: Session) -> PeerDetail:
-            return peer_detail(s, state.memo, resolve_peer(s, peer), n_windows=windows)
-
-        return dump(state.read_sync(work))
-
-    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+    return await hot_read(request, state, f"peer:{peer}:{windows}", view)
 
 
 @router.get("/peers/{peer}/history", response_model=PeerHistory, summary="Rating and score over windows")
@@ -95,20 +76,8 @@ async def get_peer_history(
     to_window: Annotated[int | None, WindowBound] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
-    latest = await state.commits.latest()
-    key = state.cache.key(latest, f"history:{peer}:{from_window}:{to_window}:{limit}")
+    def view(s: Session, _latest: int | None) -> PeerHistory:
+        hotkey = resolve_peer(s, peer).hotkey
+        return history_body(s, hotkey, from_window=from_window, to_window=to_window, limit=limit)
 
-    def build() -> bytes:
-        return dump(
-            state.read_sync(
-                lambda s: history_body(
-                    s,
-                    resolve_peer(s, peer).hotkey,
-                    from_window=from_window,
-                    to_window=to_window,
-                    limit=limit,
-                )
-            )
-        )
-
-    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+    return await hot_read(request, state, f"history:{peer}:{from_window}:{to_window}:{limit}", view)

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from api.deps import StateDep, rate_limit
-from api.http import ERROR_RESPONSES, LIVE, dump, json_response
+from api.deps import StateDep, hot_read, rate_limit
+from api.http import ERROR_RESPONSES
 from api.schemas import Trends, WeightList, WeightSetOut, WindowTrendOut
 from api.window_views import MAX_WINDOW, public
 from storage.queries import weight_sets
@@ -50,13 +50,9 @@ async def get_weights(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[int | None, Query(ge=0, le=MAX_WINDOW, description="only windows below this")] = None,
 ) -> Response:
-    latest = await state.commits.latest()
-    key = state.cache.key(latest, f"weights:{limit}:{before}")
-
-    def build() -> bytes:
-        return dump(state.read_sync(lambda s: weight_list(s, limit=limit, before=before)))
-
-    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+    return await hot_read(
+        request, state, f"weights:{limit}:{before}", lambda s, _: weight_list(s, limit=limit, before=before)
+    )
 
 
 @router.get("/trends", response_model=Trends, summary="Per-window series for charts, oldest first")
@@ -65,11 +61,7 @@ async def get_trends(
     state: StateDep,
     windows: Annotated[int, Query(ge=1, le=1000, description="how many of the newest windows")] = 100,
 ) -> Response:
-    latest = await state.commits.latest()
-    key = state.cache.key(latest, f"trends:{windows}")
+    def view(s: Session, _latest: int | None) -> Trends:
+        return Trends(windows=[public(WindowTrendOut, t) for t in window_trends(session=s, limit=windows)])
 
-    def build() -> bytes:
-        trends = state.read_sync(lambda s: window_trends(session=s, limit=windows))
-        return dump(Trends(windows=[public(WindowTrendOut, t) for t in trends]))
-
-    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+    return await hot_read(request, state, f"trends:{windows}", view)

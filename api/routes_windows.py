@@ -11,10 +11,11 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from api.cache import WindowMemo
-from api.deps import AppState, StateDep, rate_limit
+from api.deps import AppState, StateDep, hot_read, rate_limit
 from api.http import COMMITTED, ERROR_RESPONSES, IMMUTABLE, LIVE, ApiError, dump, json_response
 from api.schemas import WindowDetail, WindowList, WindowSelection
 from api.window_views import MAX_WINDOW, selection_body, window_body, window_list
+from storage.records import COMMITTED as COMMITTED_STATE
 
 router = APIRouter(
     prefix="/v1", tags=["windows"], responses=ERROR_RESPONSES, dependencies=[Depends(rate_limit)]
@@ -32,13 +33,9 @@ async def get_windows(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     before: Annotated[int | None, Query(ge=0, le=MAX_WINDOW, description="only windows below this")] = None,
 ) -> Response:
-    latest = await state.commits.latest()
-    key = state.cache.key(latest, f"windows:{limit}:{before}")
-
-    def build() -> bytes:
-        return dump(state.read_sync(lambda s: window_list(s, limit=limit, before=before)))
-
-    return json_response(request, await state.cache.fetch(key, build), cache_control=LIVE)
+    return await hot_read(
+        request, state, f"windows:{limit}:{before}", lambda s, _: window_list(s, limit=limit, before=before)
+    )
 
 
 async def _window_response(
@@ -57,7 +54,7 @@ async def _window_response(
         if found is None:
             raise ApiError(404, "not_found", f"unknown window {window}")
         body, window_state = found
-        return (COMMITTED_TAG if window_state == "committed" else LIVE_TAG) + dump(body)
+        return (COMMITTED_TAG if window_state == COMMITTED_STATE else LIVE_TAG) + dump(body)
 
     tagged = await state.cache.fetch(key, build)
     cache_control = committed_cache if tagged[:1] == COMMITTED_TAG else LIVE
