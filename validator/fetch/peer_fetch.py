@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import obstore as obs
@@ -22,7 +23,7 @@ from obstore.exceptions import BaseError, PermissionDeniedError, Unauthenticated
 from obstore.store import S3Store
 
 from scoring.types import Reason
-from validator.fetch.peer_http import ObjectHead, PeerHttp, StoreError, append_bounded, complete
+from validator.fetch.peer_http import Body, ObjectHead, PeerHttp, StoreError
 from validator.fetch.sightings import Sightings
 from validator.fetch.types import FetchConfig, FetchRequest, FetchResult, FetchStatus, classify, put_end
 
@@ -88,8 +89,9 @@ async def get_step(
         async with asyncio.timeout(budget_s):
             for attempt in range(config.retries + 1):
                 try:
-                    data = await _get(http, store, headed)
-                    return replace(headed.seen, data=data, fetched_at=time.time())
+                    body = await _get(http, store, headed, config)
+                    data, path = (body, None) if isinstance(body, bytes) else (None, body)
+                    return replace(headed.seen, data=data, path=path, fetched_at=time.time())
                 except (StoreError, BaseError, OSError) as error:
                     if attempt == config.retries or not _transient(error):
                         raise
@@ -140,23 +142,31 @@ async def _head(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> Ob
     return ObjectHead(int(meta["size"]), meta["e_tag"], meta["version"], modified)
 
 
-async def _get(http: PeerHttp, store: ObjectStore, headed: Headed) -> bytes:
+async def _get(http: PeerHttp, store: ObjectStore, headed: Headed, config: FetchConfig) -> bytes | Path:
     request, head = headed.request, headed.head
+    spool = spool_path(config.spool_dir, request) if config.spool_dir is not None else None
     if not request.location.is_file:
-        return await http.get(request.location, _s3(store), request.key, head)
+        return await http.get(request.location, _s3(store), request.key, head, spool)
     options: GetOptions = {}
     if head.etag:
         options["if_match"] = head.etag  # the bytes we read are the object we classified
     response = await obs.get_async(store, request.key, options=options)
-    return await read_stream(response, head.size)
+    return await read_stream(response, head.size, config.chunk_bytes, spool)
 
 
-async def read_stream(response: Any, size: int, chunk_bytes: int = 8 << 20) -> bytes:
-    """Stream a body; stop as soon as it would exceed the size HEAD reported."""
-    buffer = bytearray()
-    async for chunk in response.stream(min_chunk_size=chunk_bytes):
-        append_bounded(buffer, memoryview(chunk), size)
-    return complete(buffer, size)
+def spool_path(folder: Path, request: FetchRequest) -> Path:
+    """The file a spooled body is written to: one per object key (the key's hotkey is checked)."""
+    return folder / request.key.replace("/", "-")
+
+
+async def read_stream(
+    response: Any, size: int, chunk_bytes: int = 8 << 20, spool: Path | None = None
+) -> bytes | Path:
+    """Stream a body (into `spool` when given); stop as soon as it would exceed the size HEAD reported."""
+    with Body(size, spool) as body:
+        async for chunk in response.stream(min_chunk_size=chunk_bytes):
+            body.add(memoryview(chunk))
+        return body.finish()
 
 
 async def _retrying(attempt: Callable[[], Awaitable[ObjectHead]], config: FetchConfig) -> ObjectHead:

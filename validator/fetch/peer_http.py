@@ -11,12 +11,14 @@ obstore (presigned URLs) when the location carries credentials.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
-from typing import Literal
+from pathlib import Path
+from typing import BinaryIO, Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -76,11 +78,16 @@ class PeerHttp:
         async with self._request("HEAD", location, store, key, {}) as response:
             return _parse_head(response)
 
-    async def get(self, location: StorageLocation, store: S3Store, key: str, head: ObjectHead) -> bytes:
-        """The object's bytes, pinned to the etag HEAD saw and cut at the size HEAD reported."""
+    async def get(
+        self, location: StorageLocation, store: S3Store, key: str, head: ObjectHead, spool: Path | None = None
+    ) -> bytes | Path:
+        """The object's bytes (or, with `spool`, the file they were written to), pinned to the etag
+        HEAD saw and cut at the size HEAD reported."""
         headers = {"If-Match": head.etag} if head.etag else {}
         async with self._request("GET", location, store, key, headers) as response:
-            return await self._read(response, head.size)
+            with Body(head.size, spool) as body:
+                await self._read(response, body)
+                return body.finish()
 
     def _request(
         self, method: Literal["HEAD", "GET"], location: StorageLocation, store: S3Store, key: str,
@@ -88,13 +95,12 @@ class PeerHttp:
     ) -> _Exchange:  # fmt: skip
         return _Exchange(self, method, location, store, key, headers)
 
-    async def _read(self, response: httpx.Response, size: int) -> bytes:
-        buffer = bytearray()
+    async def _read(self, response: httpx.Response, body: Body) -> None:
         started = time.monotonic()
         chunks = response.aiter_raw()
         while True:
             # wait no longer than the floor rate allows for what has arrived so far
-            allowed = max(self.limits.rate_grace_s, len(buffer) / self.limits.min_bytes_per_s)
+            allowed = max(self.limits.rate_grace_s, body.count / self.limits.min_bytes_per_s)
             try:
                 async with asyncio.timeout(max(0.0, started + allowed - time.monotonic())):
                     chunk = await anext(chunks)
@@ -102,18 +108,57 @@ class PeerHttp:
                 break
             except TimeoutError:
                 raise StoreError(
-                    Reason.FETCH_FAILED, f"body slower than the floor rate at {len(buffer)} B"
+                    Reason.FETCH_FAILED, f"body slower than the floor rate at {body.count} B"
                 ) from None
-            if len(buffer) + len(chunk) > size:
-                raise StoreError(
-                    Reason.FETCH_FAILED, f"body exceeds the {size} bytes HEAD reported", transient=True
-                )
-            buffer += chunk
-        if len(buffer) != size:
+            body.add(chunk)
+
+
+class Body:
+    """Where a GET's bytes go, bounded by the size HEAD reported: memory, or a file (`spool`) so that
+    a submission is never whole in memory. The file is written as `NAME.part` and renamed on
+    completion; a body that fails is removed. Use with `with`; `finish` ends it."""
+
+    def __init__(self, size: int, spool: Path | None = None) -> None:
+        self.size, self.spool, self.count = size, spool, 0
+        self._buffer = bytearray()
+        self._part = spool.with_name(spool.name + ".part") if spool is not None else None
+        self._file: BinaryIO | None = None
+
+    def __enter__(self) -> Body:
+        if self._part is not None:
+            self._file = open(self._part, "wb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:  # not finished: an error or a short body
+            self._file.close()
+            self._file = None
+            if self._part is not None:
+                self._part.unlink(missing_ok=True)
+
+    def add(self, chunk: bytes | memoryview) -> None:
+        """One more piece; a body longer than HEAD said is cut off (a changed object or a liar)."""
+        if self.count + len(chunk) > self.size:
             raise StoreError(
-                Reason.FETCH_FAILED, f"body ended at {len(buffer)} of {size} bytes", transient=True
+                Reason.FETCH_FAILED, f"body exceeds the {self.size} bytes HEAD reported", transient=True
             )
-        return bytes(buffer)
+        if self._file is not None:
+            self._file.write(chunk)
+        else:
+            self._buffer += chunk
+        self.count += len(chunk)
+
+    def finish(self) -> bytes | Path:
+        if self.count != self.size:
+            raise StoreError(
+                Reason.FETCH_FAILED, f"body ended at {self.count} of {self.size} bytes", transient=True
+            )
+        if self._file is None or self._part is None or self.spool is None:
+            return bytes(self._buffer)
+        self._file.close()
+        self._file = None
+        os.replace(self._part, self.spool)
+        return self.spool
 
 
 class _Exchange:
@@ -171,19 +216,6 @@ class _Exchange:
         netloc = f"{pinned.url_host}:{port}"
         url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
         return url, parts.netloc, loc.host if loc.scheme == "https" else None
-
-
-def append_bounded(buffer: bytearray, chunk: bytes | memoryview, size: int) -> None:
-    """Add a chunk of a body; a body longer than HEAD said is cut off (a changed object or a liar)."""
-    if len(buffer) + len(chunk) > size:
-        raise StoreError(Reason.FETCH_FAILED, f"body exceeds the {size} bytes HEAD reported", transient=True)
-    buffer += chunk
-
-
-def complete(buffer: bytearray, size: int) -> bytes:
-    if len(buffer) != size:
-        raise StoreError(Reason.FETCH_FAILED, f"body ended at {len(buffer)} of {size} bytes", transient=True)
-    return bytes(buffer)
 
 
 def _check_status(response: httpx.Response) -> None:

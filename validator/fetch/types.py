@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from validator.stores.commitments import StorageLocation
 
@@ -45,6 +46,8 @@ class FetchConfig:
     poll_interval_s: float = 0.0  # HEAD polls during the put window to observe uploads; 0: off
     poll_lead_s: float = 30.0  # polls start this long before the put window is expected to open
     window_s: float = 0.0  # seconds from one window's put window to the next's (polls need it)
+    # bodies are written here, one file per object key, instead of being held in memory (issue 14)
+    spool_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.chunk_bytes < 1 or self.concurrency < 1:
@@ -84,6 +87,7 @@ class FetchResult:
     reason: str | None = None
     detail: str = ""  # generic: shown by the API; the store's own error text goes to logs only
     data: bytes | None = field(default=None, repr=False)
+    path: Path | None = None  # the body on disk instead of `data`, when the fetcher spools
     size: int | None = None
     etag: str | None = None
     last_modified: float | None = None  # unix seconds, as the store reports it (peer-controlled)

@@ -1,0 +1,91 @@
+"""Spooled fetches (issue 14): a body goes to a file piece by piece, bounded by HEAD's size, and a
+body that fails leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from scoring.types import Reason
+from tests.fake_s3 import FakeObject, FakeS3, serving
+from validator.fetch.peer_fetch import read_stream
+from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
+from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key, publish
+
+T0 = time.time() - 10
+WINDOW = 4
+CONFIG = FetchConfig(retries=1, retry_backoff_s=0.0, allow_private_hosts=True, rate_grace_s=0.5)
+
+
+class _Response:
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def _iterate(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+    def stream(self, min_chunk_size: int) -> AsyncIterator[bytes]:
+        return self._iterate()
+
+
+def test_a_spooled_body_is_a_file_of_exactly_its_bytes(tmp_path: Path) -> None:
+    target = tmp_path / "one.safetensors"
+    assert asyncio.run(read_stream(_Response([b"abc", b"de"]), 5, spool=target)) == target
+    assert target.read_bytes() == b"abcde"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.safetensors"]
+
+
+@pytest.mark.parametrize("chunks", [[b"abc", b"def"], [b"ab"]])
+def test_a_body_of_the_wrong_size_leaves_no_file(tmp_path: Path, chunks: list[bytes]) -> None:
+    with pytest.raises(Exception, match=r"HEAD reported|body ended"):
+        asyncio.run(read_stream(_Response(chunks), 5, spool=tmp_path / "x.safetensors"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _spooling(tmp_path: Path) -> FetchConfig:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    return dataclasses.replace(CONFIG, spool_dir=spool)
+
+
+def test_a_local_fetch_spools_to_disk(tmp_path: Path) -> None:
+    location = parse_location(f"file://{tmp_path}/peer", LocationPolicy.local())
+    payload = bytes(range(256)) * 1000
+    asyncio.run(publish(location, object_key(WINDOW, "hk1"), payload, mtime=T0 + 1))
+    config = _spooling(tmp_path)
+    request = FetchRequest("hk1", location, object_key(WINDOW, "hk1"), T0)
+    result = asyncio.run(Fetcher(config).fetch(request))
+    assert (result.status, result.data, result.size) == (FetchStatus.OK, None, len(payload))
+    assert result.path is not None and result.path.parent == config.spool_dir
+    assert result.path.read_bytes() == payload
+
+
+@pytest.fixture
+def store() -> Iterator[FakeS3]:
+    with serving(FakeS3()) as s:
+        yield s
+
+
+def test_an_s3_fetch_spools_and_a_failed_one_leaves_nothing(store: FakeS3, tmp_path: Path) -> None:
+    location = StorageLocation(scheme="http", host="127.0.0.1", port=store.port, bucket="bucket")
+    good, slow = bytes(range(256)) * 64, b"s" * 50_000
+    store.put(f"/bucket/{object_key(WINDOW, 'good')}", FakeObject(good, T0 + 1))
+    store.put(f"/bucket/{object_key(WINDOW, 'slow')}", FakeObject(slow, T0 + 1, trickle_bytes_per_s=500.0))
+    config = _spooling(tmp_path)
+    requests = [FetchRequest(h, location, object_key(WINDOW, h), T0) for h in ("good", "slow")]
+    results = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=10.0))
+    assert results[0].status == FetchStatus.OK and results[0].data is None
+    assert results[0].path is not None and results[0].path.read_bytes() == good
+    assert (results[1].status, results[1].reason, results[1].path) == (
+        FetchStatus.MISSING,
+        Reason.FETCH_FAILED,
+        None,
+    )
+    assert config.spool_dir is not None
+    assert sorted(p.name for p in config.spool_dir.iterdir()) == [results[0].path.name]
