@@ -27,7 +27,9 @@ class ApiConfig:
     database_url: str
     redis_url: str | None = None
     cors_origins: tuple[str, ...] = ()
-    rate_limit_per_minute: int = 1200
+    # the process settings state the same default (tests/test_api_defaults.py): validator/ and api/
+    # may not import each other, so the value is written in both and checked equal
+    rate_limit_per_minute: int = 600
     ops_rate_limit_per_minute: int = 120  # /metrics, on a budget of its own (a scraper needs ~4)
     cache_ttl_s: float = 30.0
     redis_prefix: str = "gauntlet:api:"

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from scoring.clipping import clip_factors
+from scoring.consensus import OUTER_LR
 from scoring.model import LlamaModel, autocast
 from scoring.types import SparseParam
 
@@ -28,7 +29,7 @@ class LossScoreConfig:
     """β = eval_lr_factor × outer_lr is the step the update is evaluated at."""
 
     eval_lr_factor: float = 0.2
-    outer_lr: float = 0.4
+    outer_lr: float = OUTER_LR
 
     def __post_init__(self) -> None:
         if self.eval_lr_factor <= 0 or self.outer_lr <= 0:

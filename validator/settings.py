@@ -21,6 +21,8 @@ from pydantic_settings import (
 )
 from sqlalchemy.engine import make_url
 
+from scoring.consensus import OUTER_LR
+
 DEV_SECRET = "gauntlet-dev-secret-not-for-production"  # noqa: S105 (refused on a real subnet)
 SECRET_FILE_FIELDS = (
     "validator_secret", "database_url", "redis_url", "archive_access_key_id", "archive_secret_access_key",
@@ -84,7 +86,7 @@ class Settings(BaseSettings):
     batch_size: int = Field(default=8, ge=1)
     eval_budget: int = Field(default=256, ge=0)  # peers evaluated per window at most
     eval_lr_factor: float = Field(default=0.2, gt=0)
-    outer_lr: float = Field(default=0.4, gt=0)
+    outer_lr: float = Field(default=OUTER_LR, gt=0)
     norm_outlier_factor: float = Field(default=10.0, gt=1)
     checkpoint_every: int = Field(default=10, ge=1)
 
