@@ -43,6 +43,20 @@ class Metrics:
             "gauntlet_window_failures_in_a_row", "Failed attempts at the current window (alert on > 3)",
             registry=self.registry,
         )  # fmt: skip
+        # evaluation workers (validator/workers): per worker slot, w0, w1, ... (or "local")
+        self.worker_peers = Counter(
+            "gauntlet_worker_peers_evaluated_total", "Peers evaluated per worker", ["worker"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.worker_seconds = Histogram(
+            "gauntlet_worker_seconds_per_peer", "LossScore seconds per peer on each worker", ["worker"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.worker_failures = Counter(
+            "gauntlet_worker_failures_total",
+            "Worker failures: died, hung, fingerprint (rebuilt), job (a peer's evaluation raised)",
+            ["worker", "kind"], registry=self.registry,
+        )  # fmt: skip
 
 
 class StageTimer:

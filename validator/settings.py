@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     heldout_pages: int = Field(default=8, ge=1)
     batch_size: int = Field(default=8, ge=1)
     eval_budget: int = Field(default=256, ge=0)  # peers evaluated per window at most
+    # evaluation workers (docs/cluster.md): 0 evaluates in this process, N > 0 on N Ray workers (a
+    # local runtime, or the cluster at eval_ray_address, e.g. "ray://head:10001" or "auto")
+    eval_workers: int = Field(default=0, ge=0)
+    eval_ray_address: str | None = None
     eval_lr_factor: float = Field(default=0.2, gt=0)
     outer_lr: float = Field(default=OUTER_LR, gt=0)
     norm_outlier_factor: float = Field(default=10.0, gt=1)

@@ -51,6 +51,7 @@ OPERATIONAL = frozenset({
     "workdir", "database_url", "redis_url", "archive_url", "archive_retention_windows", "selection_location",
     "metrics_port", "api_host", "api_port", "cors_origins", "rate_limit_per_minute", "api_max_commit_age_s",
     "wallet_path", "device", "fetch_deadline_s", "dataset_path", "model_path",  # paths, not contents
+    "eval_workers", "eval_ray_address",  # where evaluation runs, not what it computes
     "archive_access_key_id", "archive_secret_access_key", "selection_access_key_id",
     "selection_secret_access_key",  # who may write, not what is computed
 })  # fmt: skip

@@ -1,0 +1,100 @@
+"""Evaluation workers without Ray: a replica reproduces the committed evaluations bit for bit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of, worker_run
+from validator.demo.runner import DemoRunner
+from validator.metrics import Metrics
+from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult
+from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
+from validator.workers.replica import Replica, placement
+from validator.workers.spec import BlobSpec, WorkerJob
+
+__all__ = ["worker_run"]
+
+
+def test_a_replica_reproduces_every_committed_window(
+    worker_run: DemoRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replica = replica_of(worker_run)
+    loads: list[int] = []
+    load = Replica._load
+    monkeypatch.setattr(Replica, "_load", lambda self, plan: (loads.append(plan.window), load(self, plan)))
+    metrics = Metrics()
+    pool = LocalPool(replica, metrics)
+    for window in WINDOWS:
+        task, jobs = recorded_window(worker_run.round.ledger, window)
+        out = pool.evaluate(task, jobs)
+        assert not out.failed
+        assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, window)
+    # window 2 is one archived aggregate after window 1: applied, not reloaded from the checkpoint
+    assert loads == [1, 3]
+    assert replica.position == (3, worker_run.round.ledger.window_detail(3).base_fingerprint)  # type: ignore[union-attr]
+    assert metrics.worker_peers.labels(worker="local")._value.get() == sum(
+        len(recorded(worker_run, w)) for w in WINDOWS
+    )
+
+
+def test_a_replica_that_cannot_reach_the_base_is_refused(worker_run: DemoRunner) -> None:
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    wrong = replace(task, plan=replace(task.plan, base="0" * 64))
+    with pytest.raises(FingerprintMismatch):
+        LocalPool(replica_of(worker_run)).evaluate(wrong, jobs)
+
+
+def test_a_job_that_raises_fails_its_peer_only(worker_run: DemoRunner) -> None:
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    missing = WorkerJob(2, 77, "ab" * 32)  # nothing archived under this key
+    out = LocalPool(replica_of(worker_run)).evaluate(task, [*jobs, missing])
+    assert set(out.failed) == {77} and "KeyError" in out.failed[77]
+    assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, 2)
+
+
+def test_a_job_for_another_window_is_refused_before_any_work(worker_run: DemoRunner) -> None:
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    out = LocalPool(replica_of(worker_run)).evaluate(task, [replace(jobs[0], window=3)])
+    assert "StaleReplica" in out.failed[jobs[0].uid]
+
+
+def test_every_peer_failing_is_the_validators_fault(worker_run: DemoRunner) -> None:
+    ledger = worker_run.round.ledger
+    task, _ = recorded_window(ledger, 2)
+    evaluate = RemoteEvaluation(LocalPool(replica_of(worker_run)), ledger)
+    bad = [(5, "ab" * 32), (6, "cd" * 32)]
+    with pytest.raises(RuntimeError, match="failed for all 2 peers"):
+        evaluate(
+            window=2, base=task.plan.base, heldout_seed=task.heldout_seed, loss_before=task.loss_before,
+            reference=task.reference, peers=bad,
+        )  # fmt: skip
+    evals, failed = evaluate(
+        window=2, base=task.plan.base, heldout_seed=task.heldout_seed, loss_before=task.loss_before,
+        reference=task.reference, peers=bad[:1],
+    )  # fmt: skip
+    assert evals == [] and set(failed) == {5}
+
+
+def test_plans_lead_from_the_nearest_checkpoint(worker_run: DemoRunner) -> None:
+    ledger = worker_run.round.ledger
+    base2 = ledger.window_detail(2).base_fingerprint  # type: ignore[union-attr]
+    plan = plan_for(ledger, 2, base2)
+    assert plan.checkpoint.window == 1 and [s.window for s in plan.steps] == [1]
+    assert plan.checkpoint_base == ledger.window_detail(1).base_fingerprint  # type: ignore[union-attr]
+    assert plan_for(ledger, 3, "f" * 64).steps == ()
+
+
+def test_one_replica_spans_one_device_for_now() -> None:
+    assert placement(("cpu",)).type == "cpu"
+    with pytest.raises(ValueError, match="one device"):
+        placement(("cuda:0", "cuda:1"))
+    with pytest.raises(ValueError, match="exactly one"):
+        BlobSpec()
+
+
+def test_pool_results_keep_the_jobs_order(worker_run: DemoRunner) -> None:
+    task, jobs = recorded_window(worker_run.round.ledger, 3)
+    out = LocalPool(Replica(spec_of(worker_run))).evaluate(task, list(reversed(jobs)))
+    assert [e.uid for e in PoolResult(out.evals).ordered(jobs)] == [j.uid for j in jobs]

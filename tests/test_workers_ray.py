@@ -1,0 +1,123 @@
+"""Evaluation on Ray workers: two actors commit what one process computes, through faults.
+
+A worker killed with SIGKILL mid-window, or silent past the deadline, has its peer re-run on
+another; a peer whose job keeps killing workers fails alone. Each case compares the evaluations with
+the committed window bit for bit, and checks from the metrics that the fault really happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from scoring.loss_score import PeerEval
+from tests.worker_fixtures import WINDOWS, losses, ray_runtime, recorded, spec_of, worker_run
+from validator.demo.runner import DemoRunner
+from validator.metrics import Metrics
+from validator.workers.replica import Replica
+from validator.workers.spec import WindowTask, WorkerJob
+
+pytest.importorskip("ray")
+from validator.workers.ray_pool import PoolConfig, RayPool
+from validator.workers.remote import recorded_window
+
+__all__ = ["ray_runtime", "worker_run"]
+
+
+def _once(replica: Replica, name: str) -> bool:
+    """True the first time in a test run (a marker beside the dataset, seen by every worker)."""
+    marker = Path(replica.spec.dataset_path).parent / name
+    try:
+        marker.touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
+
+
+class KilledOnce(Replica):
+    def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
+        if _once(self, "killed-once"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().evaluate(task, job)
+
+
+class HangsOnce(Replica):
+    def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
+        if _once(self, "hung-once"):
+            time.sleep(3600)
+        return super().evaluate(task, job)
+
+
+class KilledByUid2(Replica):
+    def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
+        if job.uid == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().evaluate(task, job)
+
+
+def _failures(metrics: Metrics, kind: str) -> float:
+    return sum(
+        s.value
+        for m in metrics.worker_failures.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.labels.get("kind") == kind
+    )
+
+
+def _pool(run: DemoRunner, metrics: Metrics, replica: type[Replica] = Replica, **cfg: float) -> RayPool:
+    return RayPool(spec_of(run), PoolConfig(workers=2, **cfg), metrics=metrics, replica=replica)  # type: ignore[arg-type]
+
+
+def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_run: DemoRunner) -> None:
+    metrics = Metrics()
+    pool = _pool(worker_run, metrics)
+    try:
+        for window in WINDOWS:
+            out = pool.evaluate(*recorded_window(worker_run.round.ledger, window))
+            assert not out.failed
+            assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, window)
+        assert len(set(pool.pids())) == 2
+    finally:
+        pool.close()
+    done = {w: metrics.worker_peers.labels(worker=w)._value.get() for w in ("w0", "w1")}
+    assert sum(done.values()) == sum(len(recorded(worker_run, w)) for w in WINDOWS)
+    assert min(done.values()) > 0  # both workers took jobs
+    assert _failures(metrics, "died") == _failures(metrics, "hung") == 0
+
+
+# The hang deadline leaves room for a loaded machine (2 cores shared with other jobs): a peer here takes
+# well under a second alone, but a fresh worker's first one can take many times that.
+@pytest.mark.parametrize(
+    ("replica", "kind", "deadline"), [(KilledOnce, "died", 600), (HangsOnce, "hung", 30)]
+)
+def test_a_lost_worker_changes_nothing_committed(
+    ray_runtime: None, worker_run: DemoRunner, replica: type[Replica], kind: str, deadline: float
+) -> None:
+    metrics = Metrics()
+    pool = _pool(worker_run, metrics, replica, deadline_s=deadline)
+    try:
+        out = pool.evaluate(*recorded_window(worker_run.round.ledger, 2))
+    finally:
+        pool.close()
+    assert not out.failed
+    assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, 2)
+    assert _failures(metrics, kind) == 1
+
+
+def test_a_peer_that_keeps_killing_workers_fails_alone(ray_runtime: None, worker_run: DemoRunner) -> None:
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    assert 2 in {j.uid for j in jobs}
+    metrics = Metrics()
+    pool = _pool(worker_run, metrics, KilledByUid2, max_attempts=2)
+    try:
+        out = pool.evaluate(task, jobs)
+    finally:
+        pool.close()
+    assert set(out.failed) == {2} and "ended 2 workers" in out.failed[2]
+    expected = {u: v for u, v in recorded(worker_run, 2).items() if u != 2}
+    assert {uid: losses(ev) for uid, ev in out.evals.items()} == expected
+    assert _failures(metrics, "died") == 2

@@ -1,0 +1,86 @@
+"""A small committed run for the evaluation-worker tests, and one Ray runtime per test session.
+
+Windows 1-3 of a local subnet, checkpointed every 3 windows: window 2's replica plan is a checkpoint
+plus one archived aggregate, window 3's a checkpoint alone, so both ways a replica advances are used.
+The committed evaluations are what any worker must reproduce bit for bit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import astuple
+from pathlib import Path
+
+import pytest
+
+from scoring.loss_score import PeerEval
+from storage.records import EvaluationRecord
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
+from validator.workers.replica import Replica
+from validator.workers.setup import worker_spec
+from validator.workers.spec import WorkerSpec
+
+SCENARIO = "honest:3,lazy:1,noise:1"
+WINDOWS = range(1, 4)
+
+
+def committed_run(workdir: Path) -> DemoRunner:
+    saved = {k: v for k, v in os.environ.items() if k.startswith("GAUNTLET_")}
+    for key in saved:
+        del os.environ[key]
+    os.environ["GAUNTLET_CHECKPOINT_EVERY"] = "3"
+    try:
+        cfg = DemoConfig(parse_peers(SCENARIO), workdir=workdir, inner_steps=5, corpus_tokens=300_000)
+        runner = DemoRunner(cfg)
+        for w in WINDOWS:
+            runner.publish(w)
+            runner.validate(w)
+    finally:
+        del os.environ["GAUNTLET_CHECKPOINT_EVERY"]
+        os.environ.update(saved)
+    return runner
+
+
+def spec_of(runner: DemoRunner) -> WorkerSpec:
+    r = runner.round
+    return worker_spec(runner.settings, r.model.model.cfg, r.cfg.eval, r.cfg.check.codec)
+
+
+def losses(ev: PeerEval | EvaluationRecord) -> tuple[float | int, ...]:
+    """Everything an evaluation decides (its timings are wall clock, not results)."""
+    return tuple(astuple(ev)[1:8])  # the uid or hotkey, then the losses, score, gain and indicator
+
+
+def recorded(runner: DemoRunner, window: int) -> dict[int, tuple[float | int, ...]]:
+    record = runner.round.ledger.window_detail(window)
+    assert record is not None and record.evaluations
+    uids = {s.hotkey: s.uid for s in record.submissions}
+    return {uids[e.hotkey]: losses(e) for e in record.evaluations}
+
+
+_RUNS: list[DemoRunner] = []  # one run per session, though two test modules import the fixture
+
+
+@pytest.fixture(scope="session")
+def worker_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRunner:
+    if not _RUNS:
+        _RUNS.append(committed_run(tmp_path_factory.mktemp("workers")))
+    return _RUNS[0]
+
+
+@pytest.fixture(scope="session")
+def ray_runtime() -> Iterator[None]:
+    """A small local runtime shared by every test that needs one (no dashboard, no log forwarding)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def replica_of(runner: DemoRunner) -> Replica:
+    return Replica(spec_of(runner))

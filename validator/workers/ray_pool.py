@@ -1,0 +1,177 @@
+"""One long-lived Ray actor per device, each holding a `Replica`; jobs go to whichever is free.
+
+Faults: an actor that dies has its job re-run on another (a job that keeps killing workers fails that
+peer, never the window); an actor silent past the deadline is killed and treated the same way; an actor
+whose replica does not reach the validator's base fingerprint is replaced by a fresh one. Results do
+not depend on which actor ran a job: every replica holds the same bits and evaluates as in-process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import structlog
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from validator.metrics import Metrics
+from validator.workers.pool import PoolResult, WorkersLost, observe
+from validator.workers.replica import Replica, StaleReplica
+from validator.workers.spec import WindowTask, WorkerJob, WorkerSpec
+
+log = structlog.get_logger(__name__)
+
+
+def connect(workers: int, address: str | None = None) -> None:
+    """Join `address` (a running cluster: `ray start --head` / `ray start --address`) or start a
+    local runtime with one CPU slot per worker. A runtime already started in this process is reused."""
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    workers: int
+    deadline_s: float = 600.0  # one peer's evaluation; past it the actor is abandoned as hung
+    sync_deadline_s: float = 1800.0  # a fresh replica loads a checkpoint and replays aggregates
+    max_attempts: int = 3  # a peer whose job killed this many workers is failed, not retried
+    gpus_per_worker: float = 0.0  # 1 on GPU hosts: Ray pins each actor to its own device
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.max_attempts < 1 or min(self.deadline_s, self.sync_deadline_s) <= 0:
+            raise ValueError("workers and max_attempts must be >= 1 and deadlines positive")
+
+
+@dataclass(slots=True)
+class _Call:
+    slot: int
+    job: WorkerJob | None  # None: a sync to the window's base
+    started: float
+
+
+class RayPool:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        cfg: PoolConfig,
+        *,
+        metrics: Metrics | None = None,
+        replica: type[Replica] = Replica,  # tests substitute a replica that hangs or crashes
+    ) -> None:
+        if not ray.is_initialized():
+            raise RuntimeError("call workers.ray_pool.connect first")
+        self.spec, self.cfg, self.metrics = spec, cfg, metrics
+        self._cls = ray.remote(replica).options(
+            num_cpus=1, num_gpus=cfg.gpus_per_worker, max_restarts=0, max_task_retries=0
+        )
+        self.actors: list[Any] = [self._cls.remote(spec) for _ in range(cfg.workers)]
+        self.synced = [False] * cfg.workers
+        self.rebuilds = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.actors)
+
+    def pids(self) -> list[int]:
+        return [info.pid for info in ray.get([a.info.remote() for a in self.actors])]
+
+    def evaluate(self, task: WindowTask, jobs: Sequence[WorkerJob]) -> PoolResult:
+        out, queue, attempts = PoolResult(), deque(jobs), Counter[int]()
+        task_ref = ray.put(task)  # once per window: every job refers to it
+        inflight: dict[Any, _Call] = {}
+        self.synced = [False] * self.size
+        self.rebuilds = 0
+        for slot in range(self.size):
+            self._sync(slot, task, inflight)
+        while queue or any(c.job is not None for c in inflight.values()):
+            busy = {c.slot for c in inflight.values()}
+            for slot in range(self.size):
+                if queue and self.synced[slot] and slot not in busy:
+                    job = queue.popleft()
+                    inflight[self.actors[slot].evaluate.remote(task_ref, job)] = _Call(slot, job, _now())
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                self._settle(ref, inflight.pop(ref), task, inflight, queue, attempts, out)
+            for ref, call in list(inflight.items()):
+                limit = self.cfg.deadline_s if call.job is not None else self.cfg.sync_deadline_s
+                if _now() - call.started > limit:
+                    del inflight[ref]
+                    self._lost(call, "hung", task, inflight, queue, attempts, out)
+        return out
+
+    def _sync(self, slot: int, task: WindowTask, inflight: dict[Any, _Call]) -> None:
+        inflight[self.actors[slot].sync.remote(task.plan)] = _Call(slot, None, _now())
+
+    def _settle(
+        self, ref: Any, call: _Call, task: WindowTask, inflight: dict[Any, _Call],
+        queue: deque[WorkerJob], attempts: Counter[int], out: PoolResult,
+    ) -> None:  # fmt: skip
+        name = f"w{call.slot}"
+        try:
+            value = ray.get(ref, timeout=0)
+        except (RayActorError, GetTimeoutError):
+            return self._lost(call, "died", task, inflight, queue, attempts, out)
+        except RayTaskError as e:
+            if call.job is None or isinstance(e.cause, StaleReplica):  # the worker's fault, not the peer's
+                return self._lost(call, "died", task, inflight, queue, attempts, out)
+            out.failed[call.job.uid] = f"{type(e.cause).__name__}: {e.cause}"[:300]
+            self._count(name, "job")
+            return None
+        if call.job is None:
+            if value == task.plan.base:
+                self.synced[call.slot] = True
+            else:
+                log.warning("worker_fingerprint_mismatch", worker=name, got=str(value)[:12])
+                self._lost(call, "fingerprint", task, inflight, queue, attempts, out)
+            return None
+        out.evals[call.job.uid] = value
+        observe(self.metrics, name, value)
+        return None
+
+    def _lost(
+        self, call: _Call, kind: str, task: WindowTask, inflight: dict[Any, _Call],
+        queue: deque[WorkerJob], attempts: Counter[int], out: PoolResult,
+    ) -> None:  # fmt: skip
+        """Replace the slot's actor with a fresh one; its job, if any, goes back to the queue."""
+        name = f"w{call.slot}"
+        log.warning("worker_replaced", worker=name, kind=kind, uid=None if call.job is None else call.job.uid)
+        self._count(name, kind)
+        self.rebuilds += 1
+        if self.rebuilds > 3 * self.size:  # every replica failing is the validator's fault, not a peer's
+            raise WorkersLost(f"{self.rebuilds} worker rebuilds in one window (last: {kind})")
+        for ref, other in list(inflight.items()):  # whatever else it had queued will not come back
+            if other.slot == call.slot:
+                del inflight[ref]
+                if other.job is not None:
+                    queue.appendleft(other.job)
+        if call.job is not None:
+            attempts[call.job.uid] += 1
+            if attempts[call.job.uid] >= self.cfg.max_attempts:
+                out.failed[call.job.uid] = f"its evaluation ended {attempts[call.job.uid]} workers ({kind})"
+            else:
+                queue.appendleft(call.job)
+        ray.kill(self.actors[call.slot], no_restart=True)
+        self.actors[call.slot] = self._cls.remote(self.spec)
+        self.synced[call.slot] = False
+        self._sync(call.slot, task, inflight)
+
+    def _count(self, worker: str, kind: str) -> None:
+        if self.metrics is not None:
+            self.metrics.worker_failures.labels(worker=worker, kind=kind).inc()
+
+    def close(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []
+
+
+def _now() -> float:
+    return time.monotonic()

@@ -1,0 +1,124 @@
+"""One model replica that evaluates peers exactly as the in-process evaluation does (no Ray here).
+
+The replica advances itself: each window it is told the plan to reach the window's base (checkpoint
+key plus the archived aggregates since) and takes the shortest way there: nothing when it is already
+there, the last window's aggregate when it is one window behind, the whole plan otherwise. It reports
+the base fingerprint it reached; the caller compares it with its own.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
+from scoring.loss_score import Batches, PeerEval, PeerJob, evaluate_peers
+from scoring.model import build_model, select_device
+from storage.archive import SubmissionArchive
+from storage.checkpoints import AggregateStep, load_checkpoint
+from validator.round.evaluation import EvalConfig
+from validator.state.global_model import GlobalModel, decode_archived, load_model_bytes
+from validator.workers.spec import ReplicaPlan, WindowTask, WorkerJob, WorkerSpec
+
+
+class StaleReplica(RuntimeError):
+    """A job arrived for a window or base the replica is not at (the pool syncs before each window)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    host: str
+    pid: int
+    device: str
+
+
+def placement(devices: tuple[str, ...]) -> torch.device:
+    """The device of a replica. Several devices (one replica sharded over GPUs) are the next step;
+    until then they are refused here, before any weights are loaded."""
+    if len(devices) != 1:
+        raise ValueError(f"a replica spans one device for now, not {len(devices)}: {devices}")
+    return select_device(devices[0])
+
+
+def own_batches(dataset: Dataset, window: int, uid: int, seed: str, cfg: EvalConfig) -> list[torch.Tensor]:
+    """The peer's evaluation batches: its assigned pages sampled with the window's secret seed."""
+    assigned = assigned_pages(
+        window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=dataset
+    )
+    return batches(dataset, eval_sample(seed, uid, assigned=assigned, k=cfg.eval_pages), cfg.batch_size)
+
+
+class Replica:
+    def __init__(self, spec: WorkerSpec) -> None:
+        if spec.threads is not None:
+            torch.set_num_threads(spec.threads)  # N workers on N cores must not oversubscribe them
+        self.spec = spec
+        self.device = placement(spec.devices)
+        self.blobs = spec.blobs.open()
+        self.archive = SubmissionArchive(self.blobs)
+        self.dataset = Dataset.open(spec.dataset_path, seq_len=spec.seq_len)
+        # Weights come from a checkpoint at the first sync; until then the replica is at no window.
+        self.state = GlobalModel(build_model(spec.model, device=self.device), base="", window=-1)
+        self._heldout: tuple[str, Batches] | None = None
+
+    def info(self) -> WorkerInfo:
+        return WorkerInfo(socket.gethostname(), os.getpid(), str(self.device))
+
+    @property
+    def position(self) -> tuple[int, str]:
+        return self.state.window, self.state.base
+
+    def sync(self, plan: ReplicaPlan) -> str:
+        """Move to the start of `plan.window`; returns the base fingerprint reached."""
+        if self.position == (plan.window, plan.base):
+            return self.state.base
+        last = plan.steps[-1] if plan.steps else None
+        if last is not None and self.position == (last.window, last.base_fingerprint):
+            self._advance([last])
+        else:
+            self._load(plan)
+        return self.state.base
+
+    def _load(self, plan: ReplicaPlan) -> None:
+        self.state.window, self.state.base = -1, ""  # a failure midway leaves no believable position
+        load_model_bytes(self.state.model, load_checkpoint(store=self.blobs, record=plan.checkpoint))
+        self.state.window, self.state.base = plan.checkpoint.window, plan.checkpoint_base
+        self._advance(plan.steps)
+
+    def _advance(self, steps: tuple[AggregateStep, ...] | list[AggregateStep]) -> None:
+        model, codec = self.state.model, self.spec.codec
+        for step in steps:
+            # Reading and decoding leave the weights untouched; a failure while they change does not.
+            updates = [decode_archived(self.archive.get(d), model, codec) for d in step.content_digests if d]
+            try:
+                self.state.advance(updates, step.aggregate_digests, step.clip_reference, self.spec.outer_lr)
+            except BaseException:
+                self.state.window, self.state.base = -1, ""
+                raise
+
+    def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
+        """LossScore of one peer, through the same `evaluate_peers` as the in-process evaluation."""
+        if job.window != task.window or self.position != (task.window, task.plan.base):
+            raise StaleReplica(f"replica at {self.position}, job for window {job.window}")
+        update = decode_archived(self.archive.get(job.content_digest), self.state.model, self.spec.codec)
+        load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
+        results = evaluate_peers(
+            self.state.model,
+            [PeerJob(job.uid, update, load)],
+            self._heldout_batches(task.heldout_seed),
+            reference=task.reference,
+            cfg=self.spec.eval.loss,
+            loss_before=task.loss_before,
+        )
+        return results[0]
+
+    def _heldout_batches(self, seed: str) -> Batches:
+        if self._heldout is None or self._heldout[0] != seed:
+            cfg = self.spec.eval
+            pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=self.dataset)
+            self._heldout = (seed, batches(self.dataset, pages, cfg.batch_size))
+        return self._heldout[1]
