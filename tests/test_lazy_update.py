@@ -16,12 +16,14 @@ from scoring.clipping import clip_factors, median_norms
 from scoring.decoder import Expected, decode_submission
 from scoring.lazy_update import StoredFileChanged, StoredParams, judge_file
 from scoring.loss_score import apply_sparse, restore
+from scoring.model import ModelConfig, build_model, param_spec
 from scoring.similarity import sample_blocks, sampled
-from scoring.types import SparseParam, SparseUpdate
+from scoring.types import SparseParam, SparseUpdate, param_norms
 from scoring.uniqueness import PeerPayload, UniquenessConfig, find_copies
-from scoring.wire import FORMAT, FORMAT_V2
+from scoring.wire import FORMAT, FORMAT_V2, CodecConfig
 from tests.codec_fixtures import SPEC, expect, make_file
 from tests.fuzz_decoder import mutate
+from validator.state.global_model import GlobalModel, decode_archived, replay_aggregates
 
 
 def _write(tmp_path: Path, data: bytes, name: str = "sub.safetensors") -> Path:
@@ -164,3 +166,18 @@ def test_copy_checks_on_stored_updates_match(tmp_path: Path) -> None:
 
     assert find_copies(payloads(stored), cfg, seed=11) == find_copies(payloads(eager), cfg, seed=11)
     assert find_copies(payloads(stored), cfg, seed=11)  # the planted copy is found
+
+
+def test_replayed_aggregates_from_stored_files_are_bit_identical() -> None:
+    model_a, model_b = build_model(ModelConfig.tiny(), seed=1), build_model(ModelConfig.tiny(), seed=1)
+    spec = param_spec(model_a)
+    blobs = [make_file(s, spec=spec, fmt=FORMAT_V2 if s else FORMAT) for s in range(3)]
+    eager = [decode_archived(b, model_a, CodecConfig()) for b in blobs]
+    reference = median_norms([param_norms(u) for u in eager])
+    digests = [f"{i:064x}" for i in range(3)]
+    a, b = GlobalModel(model_a, "0" * 64, 5), GlobalModel(model_b, "0" * 64, 5)
+    a.advance(eager, digests, reference, 0.4)
+    replay_aggregates(b, [(digests, blobs, reference)], outer_lr=0.4, codec=CodecConfig())
+    assert (a.base, a.window) == (b.base, b.window)
+    for (name, pa), (_, pb) in zip(model_a.named_parameters(), model_b.named_parameters(), strict=True):
+        assert torch.equal(pa.detach().view(torch.int32), pb.detach().view(torch.int32)), name

@@ -7,8 +7,10 @@ always equals what the database says happened (DESIGN.md §9).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from safetensors.torch import load as load_tensors
@@ -17,6 +19,7 @@ from safetensors.torch import save as save_tensors
 from scoring.aggregation import aggregate_into
 from scoring.decoder import Expected, decode_submission
 from scoring.fingerprint import next_base
+from scoring.lazy_update import judge_file
 from scoring.model import LlamaModel, param_spec
 from scoring.types import SparseParam
 from scoring.wire import CodecConfig
@@ -66,6 +69,18 @@ def decode_archived(data: bytes, model: LlamaModel, codec: CodecConfig) -> Mappi
     return result.update.params
 
 
+def stored_archived(
+    data: bytes, path: Path, model: LlamaModel, codec: CodecConfig
+) -> Mapping[str, SparseParam]:
+    """`decode_archived`, its parameters left in a file at `path` and decoded when read (bit-identical):
+    a window's aggregate is replayed one parameter at a time instead of holding every decoded update."""
+    path.write_bytes(data)
+    result = judge_file(path, param_spec(model), Expected(verify_signature=False), codec)
+    if result.update is None:
+        raise ValueError(f"archived submission no longer decodes: {result.verdict}")
+    return result.update.params
+
+
 def replay_aggregates(
     state: GlobalModel,
     steps: Sequence[tuple[Sequence[str], Sequence[bytes], Mapping[str, float]]],
@@ -76,6 +91,10 @@ def replay_aggregates(
 ) -> None:
     """Advance `state` by stored windows: (payload digests, archived bytes, clip reference) each."""
     for digests, blobs, reference in steps:
-        updates = [decode_archived(b, state.model, codec) for b in blobs]
-        state.advance(updates, digests, reference, outer_lr)
+        with tempfile.TemporaryDirectory(prefix="gauntlet-replay-") as folder:
+            updates = [
+                stored_archived(b, Path(folder) / f"{i}.safetensors", state.model, codec)
+                for i, b in enumerate(blobs)
+            ]
+            state.advance(updates, digests, reference, outer_lr)
         on_step(state.window)
