@@ -3,7 +3,9 @@
 Per parameter: clip each update to the window's median-norm reference (`clipping.clip_factors`, the
 same factors LossScore uses), average with weight 1/R, and step `θ ← θ − outer_lr · mean`. One dense
 float32 buffer of one parameter is the peak extra memory; updates are added in the given order, so
-the result is deterministic for a given selection order.
+the result is deterministic for a given selection order. The loop is parameter-major: with stored
+updates (scoring/lazy_update.py) each peer's parameter is decoded when its turn comes and dropped
+after it, so the selected peers' updates are never all decoded at once.
 """
 
 from __future__ import annotations
