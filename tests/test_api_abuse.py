@@ -20,14 +20,9 @@ from api.server import UVICORN_LOG_THROTTLE, LogThrottle
 from tests.api_fixtures import (
     LiveServer,
     SeededDb,
-    client_fixture,
     config_for,
-    pg_db_fixture,
-    pg_server_fixture,
     run_server,
 )
-
-__all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
 
 
 def _open_stream(stack: ExitStack, client: httpx.Client, forwarded_for: str | None = None) -> httpx.Response:

@@ -16,13 +16,10 @@ from tests.api_fixtures import (
     REDIS_URL,
     SeededDb,
     config_for,
-    pg_db_fixture,
     redis_namespace,
     run_server,
     window_record,
 )
-
-__all__ = ["pg_db_fixture"]
 
 
 def test_parse_event_keeps_only_well_formed_events() -> None:

@@ -17,16 +17,11 @@ from api.redis_gate import RedisGate
 from storage.migrate import upgrade
 from tests.api_fixtures import (
     SeededDb,
-    client_fixture,
     config_for,
-    pg_db_fixture,
-    pg_server_fixture,
     redis_namespace,
     run_server,
     seeded_database,
 )
-
-__all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
 
 DEAD_REDIS = "redis://127.0.0.1:1/0"
 DEAD_DB = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"

@@ -8,15 +8,10 @@ import pytest
 from tests.api_fixtures import (
     N_PEERS,
     SeededDb,
-    client_fixture,
     config_for,
     hotkey,
-    pg_db_fixture,
-    pg_server_fixture,
     run_server,
 )
-
-__all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
 
 
 def test_ranking_lists_every_peer_best_first(client: httpx.Client) -> None:

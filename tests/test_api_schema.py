@@ -10,9 +10,7 @@ from hypothesis import HealthCheck, settings
 
 from api.app import create_app
 from api.settings import ApiConfig
-from tests.api_fixtures import LiveServer, pg_db_fixture, pg_server_fixture
-
-__all__ = ["pg_db_fixture", "pg_server_fixture"]
+from tests.api_fixtures import LiveServer
 
 # The schema comes from the app itself; building the app connects to nothing.
 schema = schemathesis.openapi.from_dict(create_app(ApiConfig(database_url="sqlite://")).openapi())

@@ -13,16 +13,11 @@ from storage.records import WeightSetRecord
 from storage.writer import record_weight_set
 from tests.api_fixtures import (
     N_PEERS,
-    client_fixture,
     config_for,
     hotkey,
-    pg_db_fixture,
-    pg_server_fixture,
     run_server,
     seeded_database,
 )
-
-__all__ = ["client_fixture", "pg_db_fixture", "pg_server_fixture"]
 
 
 def test_windows_are_listed_newest_first_with_a_cursor(client: httpx.Client) -> None:

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.api_fixtures import free_port
-from tests.cli_fixtures import assert_one_line, call, clean_env
+from tests.cli_fixtures import assert_one_line, call
 
-__all__ = ["clean_env"]  # the fixture, used by name
 GAUNTLET = str(Path(sys.executable).parent / "gauntlet")
 PEERS = ["--peers", "honest:2", "--inner-steps", "2", "--no-api", "--json"]
 

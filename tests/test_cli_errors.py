@@ -13,10 +13,8 @@ import pytest
 
 from storage import migrate
 from tests.api_fixtures import free_port
-from tests.cli_fixtures import Result, assert_one_line, call, clean_env
+from tests.cli_fixtures import Result, assert_one_line, call
 from validator.wiring import code_version
-
-__all__ = ["clean_env"]  # the fixture, used by name
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,15 +27,12 @@ from tests.api_fixtures import (
     SeededDb,
     check_screenshot,
     config_for,
-    pg_db_fixture,
     redis_namespace,
     run_server,
     seeded_database,
     tied_database,
     window_record,
 )
-
-__all__ = ["pg_db_fixture"]
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

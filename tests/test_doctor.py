@@ -12,12 +12,11 @@ from scoring.corpus import generate_corpus
 from scoring.signing import dev_keypair
 from storage import migrate
 from tests.api_fixtures import free_port
-from tests.cli_fixtures import call, clean_env
+from tests.cli_fixtures import call
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.settings import Settings
 
-__all__ = ["clean_env"]  # the fixture, used by name
 CHECKS = ["database", "redis", "chain", "archive store", "selection store", "dataset", "model", "gpu"]
 
 

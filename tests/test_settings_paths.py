@@ -6,10 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_fixtures import clean_env
 from validator.settings import Settings
-
-__all__ = ["clean_env"]  # the fixture, used by name
 
 
 def test_relative_paths_in_toml_are_relative_to_the_file(

@@ -26,12 +26,8 @@ from storage.checkpoints import (
 from storage.db import session_scope
 from storage.records import SubmissionRecord, WindowRecord
 from storage.writer import commit_window
-from tests.storage_fixtures import (  # noqa: F401
-    db_url_fixture,
-    engine_fixture,
+from tests.storage_fixtures import (
     make_window,
-    pg_url_fixture,
-    sqlite_url_fixture,
 )
 
 

@@ -9,7 +9,6 @@ from sqlalchemy import inspect
 from storage.db import database_url, make_engine
 from storage.migrate import current, downgrade, head, upgrade
 from storage.models import Base
-from tests.storage_fixtures import db_url_fixture, pg_url_fixture, sqlite_url_fixture  # noqa: F401
 
 
 def _schema_diff(url: str) -> list[object]:

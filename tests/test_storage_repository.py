@@ -24,13 +24,9 @@ from storage.queries import (
 )
 from storage.records import RatingRecord, SubmissionRecord, WeightSetRecord
 from storage.writer import CommitOutcome, commit_window, open_window, record_weight_set
-from tests.storage_fixtures import (  # noqa: F401
-    db_url_fixture,
-    engine_fixture,
+from tests.storage_fixtures import (
     hotkey,
     make_window,
-    pg_url_fixture,
-    sqlite_url_fixture,
 )
 
 

@@ -20,14 +20,9 @@ from storage.db import DatabaseConfig, make_engine, run_in_transaction, session_
 from storage.migrate import upgrade
 from storage.queries import latest_committed_window, window_detail
 from storage.writer import CommitOutcome, commit_window
-from tests.storage_fixtures import (  # noqa: F401
-    PG_ADMIN,
-    db_url_fixture,
-    engine_fixture,
+from tests.storage_fixtures import (
     make_window,
     pg_cluster,
-    pg_url_fixture,
-    sqlite_url_fixture,
     wait_for_postgres,
 )
 
