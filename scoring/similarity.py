@@ -57,48 +57,61 @@ def sample_blocks(
 def sampled(
     updates: Sequence[Mapping[str, SparseParam]], blocks: Sequence[Block]
 ) -> tuple[I64, npt.NDArray[np.float32]]:
-    """(P, S) flat coordinates and values of every peer's kept slots in the sampled blocks."""
+    """(P, S) flat coordinates and values of every peer's kept slots in the sampled blocks.
+
+    Filled row by row, one parameter of one peer at a time (a stored update decodes it on access),
+    so no peer's whole parameter outlives its turn and nothing but the (P, S) result grows with P."""
     offsets = np.concatenate([np.full(stop - start, off, np.int64) for _, start, stop, off in blocks])
+    ends = np.cumsum([stop - start for _, start, stop, _ in blocks])
     names = sorted({b[0] for b in blocks})
-    idx_parts: list[I64] = []
-    val_parts: list[npt.NDArray[np.float32]] = []
-    for u in updates:
-        # One parameter of one peer at a time (a stored update decodes it on access); the sampled
-        # slices are copied out, so no peer's whole parameter outlives its turn.
-        idx_cut: dict[tuple[str, int], I64] = {}
-        val_cut: dict[tuple[str, int], npt.NDArray[np.float32]] = {}
+    idx = np.empty((len(updates), offsets.size), np.int64)
+    val = np.empty((len(updates), offsets.size), np.float32)
+    for row, u in enumerate(updates):
         for n in names:
             p = u[n]
             idx_np, val_np = p.indices.numpy(), p.values.numpy()
-            for name, a, z, _ in blocks:
+            for (name, a, z, _), end in zip(blocks, ends, strict=True):
                 if name == n:
-                    idx_cut[(n, a)], val_cut[(n, a)] = idx_np[a:z].copy(), val_np[a:z].copy()
+                    idx[row, end - (z - a) : end] = idx_np[a:z]
+                    val[row, end - (z - a) : end] = val_np[a:z]
             del p, idx_np, val_np
-        idx_parts.extend(idx_cut[(n, a)] for n, a, _, _ in blocks)
-        val_parts.extend(val_cut[(n, a)] for n, a, _, _ in blocks)
-    shape = (len(updates), offsets.size)
-    idx = np.concatenate(idx_parts).reshape(shape) + offsets
-    return idx, np.concatenate(val_parts).reshape(shape)
+    idx += offsets
+    return idx, val
 
 
-def _sketch(keys: I64, weights: npt.NDArray[np.float64], bits: int, rng: np.random.Generator) -> torch.Tensor:
-    """(P, 2^bits) float64 count sketch: each key adds ±weight to one bucket of its peer's row.
-    `bincount` sums in input order, so the sketch is bit-for-bit reproducible (replay, restarts)."""
+_SKETCH_ROWS = 16  # peers hashed at a time: the hashing's temporaries stay a few rows large
+
+
+def _sketch(
+    keys: I64, weights: npt.NDArray[np.generic] | None, bits: int, rng: np.random.Generator
+) -> torch.Tensor:
+    """(P, 2^bits) float64 count sketch: each key adds ±weight (1 when None) to one bucket of its
+    peer's row. `bincount` sums in input order, so the sketch is bit-for-bit reproducible (replay,
+    restarts); each bucket belongs to one row, so hashing a few rows at a time sums the same terms in
+    the same order as hashing all at once."""
     n_peers, n_sample = keys.shape
     mult = rng.integers(1, 2**62, size=2, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    hashed = keys.astype(np.uint64).ravel()
-    bucket = (hashed * mult[0]) >> np.uint64(64 - bits)
-    sign = ((hashed * mult[1]) >> np.uint64(63)).astype(np.float64) * 2 - 1
-    rows = np.repeat(np.arange(n_peers, dtype=np.uint64), n_sample) << np.uint64(bits)
-    flat = (rows | bucket).astype(np.int64)
-    sketch = np.bincount(flat, weights=sign * weights.ravel(), minlength=n_peers << bits)
-    return torch.from_numpy(sketch).view(n_peers, -1)
+    out = np.empty((n_peers, 1 << bits), np.float64)
+    for first in range(0, n_peers, _SKETCH_ROWS):
+        rows = slice(first, min(first + _SKETCH_ROWS, n_peers))
+        hashed = keys[rows].astype(np.uint64).ravel()
+        bucket = (hashed * mult[0]) >> np.uint64(64 - bits)
+        sign = ((hashed * mult[1]) >> np.uint64(63)).astype(np.float64) * 2 - 1
+        if weights is not None:
+            sign *= weights[rows].astype(np.float64).ravel()
+        n = rows.stop - rows.start
+        local = np.repeat(np.arange(n, dtype=np.uint64), n_sample) << np.uint64(bits)
+        flat = (local | bucket).astype(np.int64)
+        out[rows] = np.bincount(flat, weights=sign, minlength=n << bits).reshape(n, -1)
+    return torch.from_numpy(out)
 
 
 def estimate_overlaps(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np.random.Generator) -> F64:
     """(P, P) overlap estimates from the sampled positions (collision noise ≈ 1/2^(bits/2))."""
-    keys = idx * 2 + (val > 0)
-    sk = _sketch(keys, np.ones(keys.shape, np.float64), bits, rng)
+    keys = idx * 2
+    keys += val > 0
+    sk = _sketch(keys, None, bits, rng)
+    del keys
     # Bucket sums are small integers, exact in bf16; bf16 rounds the products by < 0.4 %, plenty
     # for picking candidates, and halves the cost of the product.
     sk16 = sk.to(torch.bfloat16)
@@ -108,18 +121,23 @@ def estimate_overlaps(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np
 
 def residual_similarity(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np.random.Generator) -> F64:
     """(P, P) cosine of the peers' residuals beyond the leave-one-out consensus (module docstring)."""
-    sk = _sketch(idx, val.astype(np.float64), bits, rng)
-    unit = sk / torch.linalg.vector_norm(sk, dim=1, keepdim=True).clamp_min(1e-30)
+    unit = _sketch(idx, val, bits, rng)
+    unit /= torch.linalg.vector_norm(unit, dim=1, keepdim=True).clamp_min(1e-30)
     # Each peer counts in the consensus by how much it agrees with the plain mean: unrelated updates
     # (noise, junk) weigh ~0, so they cannot blur the honest consensus whose removal decorrelates
     # honest residuals (with 12 of 25 junk peers honest pairs kept +0.04…+0.08 without this)
     mean = unit.sum(0)
     weight = (unit @ (mean / torch.linalg.vector_norm(mean).clamp_min(1e-30))).clamp_min(0.0)
-    weighted = weight[:, None] * unit
-    others = weighted.sum(0, keepdim=True) - weighted  # (P, D): each peer's consensus leaves it out
-    others = others / torch.linalg.vector_norm(others, dim=1, keepdim=True).clamp_min(1e-30)
-    resid = unit - (unit * others).sum(1, keepdim=True) * others
-    resid = resid / torch.linalg.vector_norm(resid, dim=1, keepdim=True).clamp_min(1e-30)
+    # (P, D) matrices are the window's one per-peer cost here: each step works in place (the same
+    # arithmetic: total − w is total + (−w) exactly), so at most three are alive at once
+    others = weight[:, None] * unit
+    total = others.sum(0, keepdim=True)
+    others.neg_().add_(total)  # each peer's consensus leaves it out
+    others /= torch.linalg.vector_norm(others, dim=1, keepdim=True).clamp_min(1e-30)
+    others *= (unit * others).sum(1, keepdim=True)
+    resid = unit.sub_(others)
+    del others
+    resid /= torch.linalg.vector_norm(resid, dim=1, keepdim=True).clamp_min(1e-30)
     # Rounded: the last bits of float64 reductions depend on the thread count, and a stored figure or
     # a threshold decision must not (replay and restarts compare them exactly)
     gram: F64 = np.asarray((resid @ resid.T).numpy(), dtype=np.float64)
