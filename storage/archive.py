@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,7 +25,7 @@ from storage import models as m
 class BlobStore(Protocol):
     """Bytes by key. `get` raises KeyError for a key that is not there."""
 
-    def put(self, key: str, data: bytes) -> None: ...
+    def put(self, key: str, data: bytes | Path) -> None: ...  # a Path: that file's bytes, streamed
     def get(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None: ...
@@ -47,13 +48,17 @@ class LocalBlobStore:
     def _path(self, key: str) -> Path:
         return self.root / _check_key(key)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes | Path) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if isinstance(data, Path):
+                    with open(data, "rb") as source:
+                        shutil.copyfileobj(source, f, 8 << 20)  # a submission is never whole in memory
+                else:
+                    f.write(data)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -82,8 +87,8 @@ class ObjectBlobStore:
     def local(cls, root: Path | str) -> ObjectBlobStore:
         return cls(LocalStore(str(root), mkdir=True))
 
-    def put(self, key: str, data: bytes) -> None:
-        obs.put(self.store, _check_key(key), data)
+    def put(self, key: str, data: bytes | Path) -> None:
+        obs.put(self.store, _check_key(key), data)  # obstore streams a Path
 
     def get(self, key: str) -> bytes:
         try:
@@ -113,6 +118,11 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
 class ArchiveConfig:
     """How long archived submissions are kept: None keeps everything."""
@@ -137,9 +147,9 @@ class SubmissionArchive:
             raise ValueError(f"not a lowercase hex SHA-256 digest: {digest!r}")
         return f"archive/{digest[:2]}/{digest}"
 
-    def put(self, data: bytes) -> str:
-        """Store the bytes (once) and return their digest."""
-        digest = sha256_hex(data)
+    def put(self, data: bytes | Path) -> str:
+        """Store the bytes, or a file's (streamed, never read whole), once and return their digest."""
+        digest = sha256_hex(data) if isinstance(data, bytes) else file_sha256(data)
         key = self.key(digest)
         if not self.store.exists(key):
             self.store.put(key, data)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scoring.types import Reason
+from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.fetch.peer_fetch import read_stream
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
@@ -89,3 +90,16 @@ def test_an_s3_fetch_spools_and_a_failed_one_leaves_nothing(store: FakeS3, tmp_p
     )
     assert config.spool_dir is not None
     assert sorted(p.name for p in config.spool_dir.iterdir()) == [results[0].path.name]
+
+
+@pytest.mark.parametrize("kind", ["local", "object"])
+def test_a_spooled_file_is_archived_as_its_bytes(tmp_path: Path, kind: str) -> None:
+    root = tmp_path / "archive"
+    blobs = LocalBlobStore(root) if kind == "local" else ObjectBlobStore.local(root)
+    archive = SubmissionArchive(blobs)
+    spooled = tmp_path / "body.safetensors"
+    payload = bytes(range(256)) * 40_000  # 10 MB: more than one copy piece and one obstore part
+    spooled.write_bytes(payload)
+    digest = archive.put(spooled)
+    assert digest == archive.put(payload)  # the same key whichever way the bytes arrive
+    assert archive.get(digest) == payload
