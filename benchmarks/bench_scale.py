@@ -161,6 +161,8 @@ def workers(quick: bool) -> dict[str, Any]:
         and not after_kill.failed
         and results(after_kill.evals) == results(local),
         "cpus": os.cpu_count(),
+        # the machine is shared: other processes take cores from both measurements
+        "load_average_1m": round(os.getloadavg()[0], 1),
     }
 
 

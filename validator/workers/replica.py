@@ -21,7 +21,12 @@ from scoring.model import build_model, select_device
 from storage.archive import SubmissionArchive
 from storage.checkpoints import AggregateStep, load_checkpoint
 from validator.round.evaluation import EvalConfig
-from validator.state.global_model import GlobalModel, decode_archived, load_model_bytes
+from validator.state.global_model import (
+    GlobalModel,
+    decode_archived,
+    load_model_bytes,
+    replay_aggregates,
+)
 from validator.workers.spec import ReplicaPlan, WindowTask, WorkerJob, WorkerSpec
 
 
@@ -90,13 +95,18 @@ class Replica:
         self._advance(plan.steps)
 
     def _advance(self, steps: tuple[AggregateStep, ...] | list[AggregateStep]) -> None:
-        model, codec = self.state.model, self.spec.codec
+        """Apply stored windows' aggregates the way a restarted validator replays them."""
         for step in steps:
-            # Reading and decoding leave the weights untouched; a failure while they change does not.
-            updates = [decode_archived(self.archive.get(d), model, codec) for d in step.content_digests if d]
+            blobs = [self.archive.get(d) for d in step.content_digests if d is not None]
             try:
-                self.state.advance(updates, step.aggregate_digests, step.clip_reference, self.spec.outer_lr)
+                replay_aggregates(
+                    self.state,
+                    [(step.aggregate_digests, blobs, step.clip_reference)],
+                    outer_lr=self.spec.outer_lr,
+                    codec=self.spec.codec,
+                )
             except BaseException:
+                # the weights may be half-updated: no position is believable until a reload
                 self.state.window, self.state.base = -1, ""
                 raise
 
