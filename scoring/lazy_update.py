@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from scoring.decoder import Expected, Summary, decode_stored, summarize_submission
+from scoring.decoder import Expected, Summary, decode_stored, decode_submission, summarize_submission
 from scoring.types import DecodeResult, NormedParams, ParamSpec, SparseParam, SparseUpdate
 from scoring.wire import CodecConfig
 
@@ -95,3 +95,13 @@ def judge_file(path: Path, spec: ParamSpec, expect: Expected, cfg: CodecConfig |
     params = StoredParams(path, summary, spec, cfg)
     update = SparseUpdate(meta=summary.meta, digest=summary.digest, params=params, nbytes=summary.nbytes)
     return DecodeResult(verdict, update, meta)
+
+
+def judge_submission(
+    data: bytes | Path, spec: ParamSpec, expect: Expected, cfg: CodecConfig | None = None
+) -> DecodeResult:
+    """The window's decoder: bytes in memory decoded as they are; a spooled file judged on disk,
+    its update kept there (`judge_file`). The same verdicts and tensors either way."""
+    if isinstance(data, Path):
+        return judge_file(data, spec, expect, cfg)
+    return decode_submission(data, spec, expect, cfg)

@@ -14,7 +14,7 @@ import pytest
 from scoring.types import Reason
 from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.fetch.peer_fetch import read_stream
+from validator.fetch.peer_fetch import clear_spool, read_stream, spool_path
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key, publish
 
@@ -103,3 +103,12 @@ def test_a_spooled_file_is_archived_as_its_bytes(tmp_path: Path, kind: str) -> N
     digest = archive.put(spooled)
     assert digest == archive.put(payload)  # the same key whichever way the bytes arrive
     assert archive.get(digest) == payload
+
+
+def test_clearing_the_spool_keeps_only_the_window_being_fetched(tmp_path: Path) -> None:
+    for window in (3, 4, 40):
+        spool_path(tmp_path, object_key(window, "hk1")).write_bytes(b"x")
+    spool_path(tmp_path, object_key(4, "hk2")).with_suffix(".safetensors.part").write_bytes(b"x")
+    assert clear_spool(tmp_path, 4) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spool_path(tmp_path, object_key(4, "hk1")).name]
+    assert clear_spool(tmp_path / "absent", 4) == 0

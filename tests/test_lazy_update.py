@@ -14,7 +14,7 @@ import torch
 from scoring.aggregation import aggregate_into
 from scoring.clipping import clip_factors, median_norms
 from scoring.decoder import Expected, decode_submission
-from scoring.lazy_update import StoredFileChanged, StoredParams, judge_file
+from scoring.lazy_update import StoredFileChanged, StoredParams, judge_file, judge_submission
 from scoring.loss_score import apply_sparse, restore
 from scoring.model import ModelConfig, build_model, param_spec
 from scoring.similarity import sample_blocks, sampled
@@ -181,3 +181,12 @@ def test_replayed_aggregates_from_stored_files_are_bit_identical() -> None:
     assert (a.base, a.window) == (b.base, b.window)
     for (name, pa), (_, pb) in zip(model_a.named_parameters(), model_b.named_parameters(), strict=True):
         assert torch.equal(pa.detach().view(torch.int32), pb.detach().view(torch.int32)), name
+
+
+def test_judge_submission_takes_bytes_or_a_file(tmp_path: Path) -> None:
+    data = make_file(2)
+    in_memory = judge_submission(data, SPEC, expect())
+    on_disk = judge_submission(_write(tmp_path, data), SPEC, expect())
+    assert in_memory.update is not None and on_disk.update is not None
+    assert isinstance(on_disk.update.params, StoredParams) and isinstance(in_memory.update.params, dict)
+    assert (in_memory.verdict, in_memory.update.digest) == (on_disk.verdict, on_disk.update.digest)

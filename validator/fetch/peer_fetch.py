@@ -25,7 +25,15 @@ from obstore.store import S3Store
 from scoring.types import Reason
 from validator.fetch.peer_http import Body, ObjectHead, PeerHttp, StoreError
 from validator.fetch.sightings import Sightings
-from validator.fetch.types import FetchConfig, FetchRequest, FetchResult, FetchStatus, classify, put_end
+from validator.fetch.types import (
+    FetchConfig,
+    FetchRequest,
+    FetchResult,
+    FetchStatus,
+    classify,
+    object_key,
+    put_end,
+)
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -144,7 +152,7 @@ async def _head(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> Ob
 
 async def _get(http: PeerHttp, store: ObjectStore, headed: Headed, config: FetchConfig) -> bytes | Path:
     request, head = headed.request, headed.head
-    spool = spool_path(config.spool_dir, request) if config.spool_dir is not None else None
+    spool = spool_path(config.spool_dir, request.key) if config.spool_dir is not None else None
     if not request.location.is_file:
         return await http.get(request.location, _s3(store), request.key, head, spool)
     options: GetOptions = {}
@@ -154,9 +162,23 @@ async def _get(http: PeerHttp, store: ObjectStore, headed: Headed, config: Fetch
     return await read_stream(response, head.size, config.chunk_bytes, spool)
 
 
-def spool_path(folder: Path, request: FetchRequest) -> Path:
+def spool_path(folder: Path, key: str) -> Path:
     """The file a spooled body is written to: one per object key (the key's hotkey is checked)."""
-    return folder / request.key.replace("/", "-")
+    return folder / key.replace("/", "-")
+
+
+def clear_spool(folder: Path, window: int) -> int:
+    """Remove the spooled bodies of every other window (and unfinished ones); returns how many.
+
+    A window's files are read until its aggregate is applied, so the next window's fetch is the
+    first moment they are surely unused."""
+    keep = spool_path(folder, object_key(window, "x")).name.removesuffix("x.safetensors")
+    removed = 0
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.is_file() and not (path.name.startswith(keep) and path.name.endswith(".safetensors")):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
 
 
 async def read_stream(
