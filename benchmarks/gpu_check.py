@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -174,9 +176,10 @@ def main() -> None:
     out["decode"] = decode_on_device(model)
     print(json.dumps(out["decode"]), flush=True)
     if not args.skip_workers:
-        from benchmarks.gpu_workers import workers_check
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from gpu_workers import workers_check
 
-        out["workers"] = workers_check(model, max(gpus, 1))
+        out["workers"] = workers_check(gpus)
     print(json.dumps(out))
 
 
