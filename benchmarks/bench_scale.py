@@ -131,7 +131,7 @@ def workers(quick: bool) -> dict[str, Any]:
 
     from validator.workers.ray_pool import PoolConfig, RayPool, connect
 
-    peers = 6 if quick else 24
+    peers = 4 if quick else 24
     with tempfile.TemporaryDirectory(prefix="gauntlet-bench-scale-") as tmp:
         spec, task, jobs = make_window(Path(tmp), QUICK if quick else FULL, peers)
         torch.set_num_threads(1)  # the baseline gets one core, as each worker does

@@ -97,6 +97,8 @@ class RayPool:
                 if queue and self.synced[slot] and slot not in busy:
                     job = queue.popleft()
                     inflight[self.actors[slot].evaluate.remote(task_ref, job)] = _Call(slot, job, _now())
+            if not inflight:  # unreachable while every slot syncs or works: never wait on nothing
+                raise WorkersLost("no worker is syncing or evaluating")
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in ready:
                 self._settle(ref, inflight.pop(ref), task, inflight, queue, attempts, out)

@@ -9,7 +9,9 @@ from scoring.wire import CodecConfig
 from validator.metrics import Metrics
 from validator.round.evaluation import EvalConfig
 from validator.settings import Settings
+from validator.state.ledger import Ledger
 from validator.workers.pool import WorkerPool
+from validator.workers.remote import RemoteEvaluation
 from validator.workers.spec import BlobSpec, WorkerSpec
 
 
@@ -56,3 +58,17 @@ def start_pool(s: Settings, spec: WorkerSpec, metrics: Metrics | None = None) ->
     gpus = float(resources.get("GPU", 0.0)) if s.device != "cpu" else 0.0
     cfg = PoolConfig(workers=s.eval_workers, gpus_per_worker=1.0 if gpus >= 1 else 0.0)
     return RayPool(spec, cfg, metrics=metrics)
+
+
+def start_remote(
+    s: Settings,
+    *,
+    model: ModelConfig,
+    eval_cfg: EvalConfig,
+    codec: CodecConfig,
+    ledger: Ledger,
+    metrics: Metrics | None = None,
+) -> RemoteEvaluation | None:
+    """The round's evaluation on workers, or None to evaluate in-process (`eval_workers` = 0)."""
+    pool = start_pool(s, worker_spec(s, model, eval_cfg, codec), metrics)
+    return None if pool is None else RemoteEvaluation(pool, ledger)
