@@ -1,7 +1,8 @@
 """gpu_check's worker part: one Ray evaluation worker per visible GPU against one replica in-process.
 
-A window of archived submissions of a 127M-parameter LLaMA-shaped model (d=1024, 8 layers, 32k) (bench_scale's window
-builder: a real corpus, a checkpoint and signed `gauntlet/2` files in a blob folder) is evaluated by
+A window of archived submissions of a 127M-parameter LLaMA-shaped model (d=1024, 8 layers, 32k
+vocabulary; bench_scale's window builder: a real corpus, a checkpoint and signed `gauntlet/2` files
+in a blob folder) is evaluated by
 a replica in this process on GPU 0, then by a Ray pool with one actor per GPU (Ray pins each actor to
 its own device). Reports peers per minute for both and whether the evaluations are bit-identical
 (CUDA kernels run in deterministic mode where they have one, so equality is expected, not promised).
