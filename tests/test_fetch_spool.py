@@ -50,9 +50,7 @@ def test_a_body_of_the_wrong_size_leaves_no_file(tmp_path: Path, chunks: list[by
 
 
 def _spooling(tmp_path: Path) -> FetchConfig:
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    return dataclasses.replace(CONFIG, spool_dir=spool)
+    return dataclasses.replace(CONFIG, spool_dir=tmp_path / "spool")  # made by the first body
 
 
 def test_a_local_fetch_spools_to_disk(tmp_path: Path) -> None:

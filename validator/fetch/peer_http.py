@@ -126,6 +126,7 @@ class Body:
 
     def __enter__(self) -> Body:
         if self._part is not None:
+            self._part.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self._part, "wb")
         return self
 
