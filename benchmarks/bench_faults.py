@@ -12,6 +12,7 @@ them and must all be committed. The last line is one JSON object with the figure
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -50,8 +51,8 @@ from tests.poison_fixtures import (  # noqa: E402
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database  # noqa: E402
 from tests.test_round_restart import comparable  # noqa: E402
 from validator.logs import configure_logging  # noqa: E402
-from validator.round.loop import Judging, Round  # noqa: E402
-from validator.service import serve  # noqa: E402
+from validator.round.loop import Judging, Round, WindowState  # noqa: E402
+from validator.service import Retry, serve  # noqa: E402
 
 
 def kill_run(root: Path, windows: int, kills: int, seed: int, postgres: bool) -> dict[str, object]:
@@ -136,26 +137,29 @@ def poisoned_windows(root: Path, windows: int) -> dict[str, object]:
     with gauntlet_env():
         runner = make_runner(root / "poisoned", "honest:2")
     decode, evaluate, header = register(runner, ["decode", "evaluate", "header"])
-    metrics, judging, settings = runner.round.metrics, Judging(), runner.settings
+    metrics, judging = runner.round.metrics, Judging()
 
-    def connect(old: Round) -> Round:  # what a restarted process builds, with this window's faults
-        runner.round = runner.connect()
-        runner.round.judging, runner.round.metrics = judging, metrics
-        return runner.round
+    def connect(old: Round, state: WindowState) -> tuple[Round, WindowState]:
+        # what a restarted process builds, with this window's faults
+        rnd, runner.state = runner.connect()
+        runner.round = dataclasses.replace(rnd, judging=judging, metrics=metrics)
+        return runner.round, runner.state
 
     started, reasons, committed = time.perf_counter(), {}, 0
     for w in range(1, windows + 1):
         every = None if w == windows else {evaluate.uid}
         judging = Judging(raising_decoder({decode.hotkey}), raising_evaluator(every))
-        runner.round.judging = judging
+        runner.round = dataclasses.replace(runner.round, judging=judging)
         runner.publish(w)
         upload(runner, decode, w, random_file(runner, decode, w, seed=w))
         upload(runner, evaluate, w, random_file(runner, evaluate, w, seed=100 + w))
         upload(runner, header, w, overflow_header_file())
         serve(
-            runner.round, stop=threading.Event(), reconnect=connect, put_window_s=settings.put_window_s,
-            grace_s=settings.put_grace_s, max_windows=1, retry_s=0.0, salvage_after=2,
+            runner.round, runner.state, stop=threading.Event(), reconnect=connect, max_windows=1,
+            retry=Retry(pause_s=0.0, salvage_after=2),
         )  # fmt: skip
+        runner.round.ledger.engine.dispose()
+        connect(runner.round, runner.state)  # serve keeps where the next window starts to itself
         committed += runner.round.ledger.window_state(w) == "committed"
         record = runner.round.ledger.window_detail(w)
         reasons[w] = {s.hotkey: s.reason for s in record.submissions} if record is not None else {}

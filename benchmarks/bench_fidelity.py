@@ -86,11 +86,11 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         summary.add(report, runner.heldout_loss())
         chosen = set(report.selection.gather)
         framed |= {p.hotkey for p in report.peers if p.hotkey in honest and p.status == "invalid"}
-        framed |= {h for h, r in runner.round.ratings.peers.items() if h in honest and r.banned(window)}
+        framed |= {h for h, r in runner.state.ratings.peers.items() if h in honest and r.banned(window)}
         if window - first >= WARMUP:
             covered.append(len(chosen & honest) / max(len(honest), 1))
             adversary += len(chosen - honest)
-    result = summary.to_json(runner.round.ratings)
+    result = summary.to_json(runner.state.ratings)
     return {
         "peers": peers,
         "final_loss": runner.heldout_loss(),

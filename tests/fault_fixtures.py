@@ -54,7 +54,7 @@ def make_runner(workdir: Path, scenario: str = SCENARIO) -> DemoRunner:
 def reconnect(runner: DemoRunner) -> None:
     """Rebuild the runner's Round from storage (what a restarted process does), freeing the old pool."""
     runner.round.ledger.engine.dispose()
-    runner.round = runner.connect()
+    runner.round, runner.state = runner.connect()
 
 
 def run_windows(runner: DemoRunner, windows: range) -> None:

@@ -106,7 +106,7 @@ class HostileNet:
     def __init__(self, runner: DemoRunner, mix: HostileMix, seed: int = 0) -> None:
         self.runner, self.mix, self.codec = runner, mix, CodecConfig()
         self.rng = random.Random(seed)
-        self.cap = max_submission_bytes(param_spec(runner.round.model.model), self.codec)
+        self.cap = max_submission_bytes(param_spec(runner.state.model.model), self.codec)
         first = max(n.uid for n in runner.chain.neurons()) + 1
         kinds = ["honest"] * (mix.peers - mix.hostile) + [KINDS[i % len(KINDS)] for i in range(mix.hostile)]
         self.peers = []
@@ -141,13 +141,13 @@ class HostileNet:
     def _file(
         self, p: HostilePeer, kind: str, window: int, source: tuple[Tensors, str]
     ) -> tuple[bytes, float]:
-        base = self.runner.round.model.base
+        base = self.runner.state.model.base
         if kind == "oversized":
             return bytes(self.cap + 1), 5.0
         if kind == "garbage":
             return self.rng.randbytes(4096), 5.0
         if kind == "copy":
-            spec = param_spec(self.runner.round.model.model)
+            spec = param_spec(self.runner.state.model.model)
             return resign(p, window, base, *source, spec=spec), 20.0  # the copier uploads after its victim
         if kind == "replay" and p.last is not None:
             return resign(p, window, base, p.last), 5.0
@@ -160,7 +160,7 @@ class HostileNet:
 
     def _random_update(self, seed: int) -> Tensors:
         g = torch.Generator().manual_seed(seed)
-        model = self.runner.round.model.model
+        model = self.runner.state.model.model
         delta = {
             n: torch.randn(q.shape, generator=g) * self.mix.update_std for n, q in model.named_parameters()
         }

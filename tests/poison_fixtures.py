@@ -83,12 +83,12 @@ def random_file(
 ) -> bytes:
     """A valid signed update of random coordinates; `zero`: every value decodes to 0 (lut all zero)."""
     g = torch.Generator().manual_seed(seed)
-    model = runner.round.model.model
+    model = runner.state.model.model
     delta = {k: torch.randn(v.shape, generator=g) * 1e-2 for k, v in model.named_parameters()}
     tensors = pack_tensors(compress(delta, None, CodecConfig()))
     if zero:
         tensors = {k: np.zeros(4, np.float32) if k.endswith(".lut") else v for k, v in tensors.items()}
-    return resign(peer, window, runner.round.model.base, tensors)
+    return resign(peer, window, runner.state.model.base, tensors)
 
 
 def overflow_header_file() -> bytes:

@@ -14,13 +14,15 @@ from safetensors.numpy import load
 from scoring.decoder import Expected, decode_submission, submission_digest
 from scoring.encoder import compress, encode_submission
 from scoring.packing import pack12
+from scoring.ranking import Status
 from scoring.rice import MAX_RICE, decode_indices, encode_indices, stream_cap
 from scoring.signing import Signer, dev_keypair
 from scoring.types import Reason, SparseUpdate, Verdict
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
-from validator.round.checking import CheckConfig, check_window
+from validator.round.checking import CheckConfig, check_window, file_judge
 from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
 
 OTHER = dev_keypair("//gauntlet-test-replayer")
@@ -115,15 +117,13 @@ def sighted(hotkey: str, data: bytes, first_seen: float) -> FetchResult:
 
 def check(files: Mapping[str, bytes], window: int, ledger: DigestLedger) -> dict[str, PeerWindow]:
     peers = [  # uploads seen in the order given, a minute apart
-        PeerWindow(PeerTarget(UID, hotkey, None), "ok", fetch=sighted(hotkey, data, 60.0 * i))
+        PeerWindow(PeerTarget(UID, hotkey, None), Status.OK, fetch=sighted(hotkey, data, 60.0 * i))
         for i, (hotkey, data) in enumerate(files.items())
     ]
-    checked, _ = check_window(
-        peers, window=window, base=BASE, spec=SPEC, cfg=CheckConfig(),
-        archive=lambda data: hashlib.sha256(data).hexdigest(),
-        seen_before=lambda digests: ledger.seen_before(digests, window),
-        secret_seed="0" * 64,
-    )  # fmt: skip
+    archive = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    judge = file_judge(window=window, base=BASE, spec=SPEC, cfg=CheckConfig(), archive=archive)
+    seen_before = lambda digests: ledger.seen_before(digests, window)  # noqa: E731
+    checked, _ = check_window(peers, judge, CheckConfig(), seen_before, WindowSeed("0" * 64))
     ledger.record(checked, window)
     return {p.hotkey: p for p in checked}
 

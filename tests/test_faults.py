@@ -4,6 +4,7 @@ committed exactly once and the same decisions an undisturbed run makes."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -42,9 +43,9 @@ from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from tests.test_round_restart import comparable
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.chain.protocol import Chain, Neuron, WeightOutcome
-from validator.cli import ops as cli_ops
 from validator.demo.runner import DemoRunner
 from validator.settings import Settings
+from validator.wiring import chain_for
 
 WINDOWS = range(FIRST, FIRST + 4)
 
@@ -113,7 +114,7 @@ def test_postgres_restarted_during_commit(reference: DemoRunner, pg_runner: Demo
 
     windows, runner = range(FIRST, FIRST + 3), pg_runner
     try:
-        runner.round.hook = stop_after_evaluate
+        runner.round = dataclasses.replace(runner.round, hook=stop_after_evaluate)
         run_windows(runner, windows)
     finally:
         for timer in restarts:
@@ -276,6 +277,7 @@ def test_gauntlet_run_on_the_demo_chain_knows_its_own_hotkey(tmp_path: Path) -> 
         runner = make_runner(tmp_path / "demo", "honest:1")
     runner.round.ledger.engine.dispose()
     with gauntlet_env(config=str(runner.cfg.workdir / "gauntlet.toml")):
-        chain, hotkey = cli_ops.chain_for(Settings())[:2]
+        link = chain_for(Settings())
+        chain, hotkey = link.chain, link.hotkey
     assert isinstance(chain, LocalChain)
     assert (hotkey, chain.config.validator_hotkey) == (runner.validator_hotkey, runner.validator_hotkey)

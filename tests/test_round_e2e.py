@@ -49,7 +49,7 @@ def test_every_invalid_submission_has_its_reason(scenario: ScenarioRun) -> None:
 
 def test_after_warm_up_honest_peers_rank_first_and_alone_are_aggregated(scenario: ScenarioRun) -> None:
     behaviour = scenario.behaviour()
-    finals = {h: r.final for h, r in scenario.runner.round.ratings.peers.items()}
+    finals = {h: r.final for h, r in scenario.runner.state.ratings.peers.items()}
     honest = [finals[h] for h, b in behaviour.items() if b == "honest"]
     cheats = [finals.get(h, 0.0) for h, b in behaviour.items() if b in ADVERSARIES]
     assert min(honest) > 0.0

@@ -5,6 +5,7 @@ cannot capture the clip reference. Faults are injected through the round's `Judg
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import json
 import os
@@ -24,8 +25,8 @@ from tests.poison_fixtures import raising_decoder, raising_evaluator, random_fil
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
 from validator.logs import configure_logging
-from validator.round.loop import Judging, Round, run_window
-from validator.service import serve
+from validator.round.loop import Judging, Round, WindowState, run_window
+from validator.service import Retry, serve
 from validator.state.global_model import GlobalModel
 
 CANARY = "canary-7f3e9d1c-validator-secret"
@@ -60,7 +61,8 @@ def test_a_peer_whose_decoding_or_evaluation_raises_is_internal_error_and_the_wi
 ) -> None:
     runner = _runner(tmp_path, "honest:3", monkeypatch)
     a, b, c = runner.network.peers[:3]
-    runner.round.judging = Judging(decode=raising_decoder({a.hotkey}), evaluate=raising_evaluator({b.uid}))
+    judging = Judging(decode=raising_decoder({a.hotkey}), evaluate=raising_evaluator({b.uid}))
+    runner.round = dataclasses.replace(runner.round, judging=judging)
     runner.publish(1)
     report = runner.validate(1)
     by = {p.hotkey: p for p in report.peers}
@@ -88,17 +90,18 @@ def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_s
     faulty = Judging(evaluate=raising_evaluator(None))  # every evaluation of every peer raises
     metrics = runner.round.metrics
 
-    def connect(old: Round) -> Round:
-        runner.round = runner.connect()
-        runner.round.judging, runner.round.metrics = faulty, metrics
-        return runner.round
+    def connect(old: Round, state: WindowState) -> tuple[Round, WindowState]:
+        rnd, runner.state = runner.connect()
+        runner.round = dataclasses.replace(rnd, judging=faulty, metrics=metrics)
+        return runner.round, runner.state
 
     first = runner.round
-    connect(first)
+    connect(first, runner.state)
     first.ledger.engine.dispose()
     runner.publish(1)
     with pytest.raises(RuntimeError, match="evaluation failed for all 2 peers") as failure:
-        run_window(runner.round, 1)  # failing everybody is the validator's fault: the window fails
+        # failing everybody is the validator's fault: the window fails
+        run_window(runner.round, runner.state, 1)
     # the worst traceback an operator could print: rich, with every frame's local variables
     console = Console(record=True, width=200, file=io.StringIO())
     console.print(Traceback.from_exception(failure.type, failure.value, failure.tb, show_locals=True))
@@ -108,8 +111,8 @@ def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_s
 
     stop = threading.Event()
     done = serve(
-        runner.round, stop=stop, reconnect=connect, put_window_s=70.0, grace_s=5.0, max_windows=1,
-        retry_s=0.0, salvage_after=2,
+        runner.round, runner.state, stop=stop, reconnect=connect, max_windows=1,
+        retry=Retry(pause_s=0.0, salvage_after=2),
     )  # fmt: skip
     assert done == 1 and runner.round.ledger.window_state(1) == "committed"
     assert metrics.registry.get_sample_value("gauntlet_windows_salvaged_total") == 1
@@ -138,14 +141,14 @@ def test_a_majority_of_zero_sybils_cannot_stop_honest_updates_moving_the_model(
     for i, peer in enumerate(register(runner, ["zero-a", "zero-b", "zero-c"])):
         upload(runner, peer, 1, random_file(runner, peer, 1, seed=i, zero=True))  # distinct coordinates
         sybils.append(peer.hotkey)
-    start = copy.deepcopy(runner.round.model.model)  # the model the window is scored against
+    start = copy.deepcopy(runner.state.model.model)  # the model the window is scored against
     report = runner.validate(1)
     stored = runner.round.ledger.window_detail(1)
     assert stored is not None
     honest = [p.update for p in report.peers if p.hotkey not in sybils and p.update is not None]
     assert len(honest) == 2
     before = {n: p.detach().clone() for n, p in start.named_parameters()}
-    aggregated = GlobalModel(start, runner.round.model.base, 1)
+    aggregated = GlobalModel(start, runner.state.model.base, 1)
     aggregated.advance([u.params for u in honest], [u.digest for u in honest], stored.clip_reference, 1.0)
     moved = sum(float((p.detach() - before[n]).norm()) for n, p in start.named_parameters())
     assert moved > 1e-3  # with the zeros counted, the clip reference was 0 and nothing moved

@@ -65,7 +65,8 @@ def test_crashes_between_stages_then_restart(reference: ScenarioRun, tmp_path: P
         try:
             runner.validate(window)
         except InjectedCrash:
-            runner.round = runner.connect()  # a new process: model and ratings rebuilt from storage
+            # a new process: model and ratings rebuilt from storage
+            runner.round, runner.state = runner.connect()
         window = runner.next_window
     assert len(hook.fired) == 3 and not hook.pending
     windows = range(FIRST, FIRST + WINDOWS)

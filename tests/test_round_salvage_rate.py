@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-import validator.round.loop as round_module
+import validator.round.pipeline as pipeline
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
-from validator.round.loop import run_window
 from validator.round.replay import replay_window
 from validator.wiring import load_model, round_config
 
@@ -27,15 +26,15 @@ def test_a_rating_stage_that_raises_is_skipped_in_a_salvaged_window(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ArithmeticError("a bug in the rating update")
 
-    monkeypatch.setattr(round_module, "rate_window", broken)
+    monkeypatch.setattr(pipeline, "rate_window", broken)
     runner.publish(1)
     with pytest.raises(ArithmeticError):
-        run_window(runner.round, 1)
+        runner.validate(1)
     assert runner.round.ledger.window_state(1) != "committed"
-    report = run_window(runner.round, 1, salvage=True)
+    report = runner.validate(1, salvage=True)
     assert runner.round.ledger.window_state(1) == "committed"
     assert report.selection.gather == ()  # nothing is aggregated on ratings that were never computed
-    assert runner.round.model.window == 2
+    assert runner.state.model.window == 2
     stored = runner.round.ledger.window_detail(1)
     assert stored is not None and stored.salvaged  # the record says a stage was not computed
     with pytest.raises(LookupError, match="salvage"):  # so replay refuses instead of "differing"
@@ -45,7 +44,7 @@ def test_a_rating_stage_that_raises_is_skipped_in_a_salvaged_window(
         )  # fmt: skip
     monkeypatch.undo()  # the real rating update again: a salvaged run where nothing raises is whole
     runner.publish(2)
-    run_window(runner.round, 2, salvage=True)
+    runner.validate(2, salvage=True)
     again = runner.round.ledger.window_detail(2)
     assert again is not None and not again.salvaged
     runner.round.ledger.engine.dispose()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from scoring.ranking import PeerRating, RatingState
+from scoring.ranking import PeerRating, RatingState, Status
 from scoring.signing import dev_keypair
 from scoring.weights import RankWeights
 from storage.records import WeightSetRecord
@@ -23,7 +23,7 @@ from validator.demo.sim.plugins import load_plugin, parse_peers
 from validator.events import EVENTS_CHANNEL, LeaderLock, RedisEvents, connect
 from validator.metrics import Metrics
 from validator.round.publishing import SelectionPublisher, selection_key, verify_selection
-from validator.round.weighing import Weigher
+from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings, to_toml
 from validator.stores.commitments import StorageLocation
 
@@ -144,7 +144,8 @@ class _Chain:
 
 def test_failed_weights_are_recorded_and_retried_next_window() -> None:
     chain, records = _Chain(fail=1), []
-    weigher = Weigher(chain, RankWeights(), LeaderLock(None, "v"), records.append, every=3, metrics=Metrics())  # type: ignore[arg-type]
+    lock, every_3 = LeaderLock(None, "v"), WeightSchedule(3)
+    weigher = Weigher(chain, RankWeights(), lock, records.append, every_3, Metrics())  # type: ignore[arg-type]
     state = RatingState({"h": PeerRating("h", 4, 30.0, 1.0, bma=0.5, final=2.0)}, 3)
     assert weigher.maybe_set(1, state) is None  # not due
     first = weigher.maybe_set(3, state)
@@ -164,6 +165,7 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
 
     from tests.codec_fixtures import SPEC, make_file
     from validator.round.checking import CheckConfig, EagerDecoder, file_judge
+    from validator.round.outcomes import PeerTarget, PeerWindow
     from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
 
     location = StorageLocation(scheme="file", path=str(tmp_path / "store"))
@@ -177,14 +179,18 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
         threads.add(threading.current_thread().name)
         return inner(hotkey, uid, data)
 
-    eager = EagerDecoder(judge, {h: 3 for h in hotkeys})
     requests = [FetchRequest(h, location, object_key(7, h), put_start=999.0) for h in hotkeys]
-    fetched = asyncio.run(Fetcher(FetchConfig()).fetch_all(requests, 10.0, on_result=eager))
-    judged = eager.results()
-    assert [r.status for r in fetched] == ["ok"] * 4
-    assert set(judged) == set(hotkeys) and threads and all(t.startswith("gauntlet-decode") for t in threads)
+    with EagerDecoder(judge, {h: 3 for h in hotkeys}) as eager:
+        fetched = asyncio.run(Fetcher(FetchConfig()).fetch_all(requests, 10.0, on_result=eager))
+        assert [r.status for r in fetched] == ["ok"] * 4
+        assert len(eager.futures) == 4  # every file was handed over as its download completed
+        peers = eager.outcomes(
+            [PeerWindow(PeerTarget(3, r.hotkey, None), Status.OK, fetch=r) for r in fetched]
+        )
+    assert threads and all(t.startswith("gauntlet-decode") for t in threads)
     # the signature names another hotkey, so the decoder's verdict is a rejection with its reason
-    assert {result.verdict.reason for _, result in judged.values()} == {"wrong_hotkey"}
+    assert {(p.status, p.reason) for p in peers} == {(Status.INVALID, "wrong_hotkey")}
+    assert all(p.fetch is not None and p.fetch.data is None for p in peers)  # bytes dropped once judged
 
 
 def test_a_plugin_may_use_dataclasses_with_postponed_annotations(tmp_path: Path) -> None:

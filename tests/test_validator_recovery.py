@@ -21,7 +21,7 @@ from validator.demo.sim.plugins import parse_peers
 from validator.fetch.fetching import read_targets
 from validator.round.checking import CheckConfig, reject_norm_outliers
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.service import serve
+from validator.service import Retry, serve
 from validator.settings import Settings
 from validator.state.ledger import CommittedElsewhere
 from validator.stores.commitments import LocationPolicy
@@ -69,8 +69,8 @@ def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Pa
     runner.publish(1)
     stop = threading.Event()
     done = serve(
-        runner.round, stop=stop, reconnect=lambda old: runner.connect(), put_window_s=70.0, grace_s=5.0,
-        max_windows=1, retry_s=0.0,
+        runner.round, runner.state, stop=stop, reconnect=lambda rnd, state: runner.connect(), max_windows=1,
+        retry=Retry(pause_s=0.0),
     )  # fmt: skip
     assert done == 1 and crashed == [1]
     assert runner.round.ledger.window_state(1) == "committed"

@@ -15,18 +15,37 @@ import math
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
 from validator.chain.protocol import BLOCK_SECONDS
-from validator.round.loop import Round, run_window
+from validator.round.config import RoundConfig
+from validator.round.loop import Round, WindowState, run_window
 
 log = structlog.get_logger(__name__)
 
 
-def ready_block(r: Round, window: int, put_window_s: float, grace_s: float) -> int:
+Reconnect = Callable[[Round, WindowState], tuple[Round, WindowState]]
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """After a failed round: wait `pause_s`, rebuild from storage and try again; from the
+    `salvage_after`-th failed attempt at one window on, run it salvaged."""
+
+    pause_s: float = 5.0
+    salvage_after: int = 3
+
+    def __post_init__(self) -> None:
+        if self.salvage_after < 1:
+            raise ValueError("salvage_after must be >= 1")
+
+
+def ready_block(cfg: RoundConfig, window: int) -> int:
     """The first block at which every on-time submission for `window` must be visible."""
-    return r.cfg.window.first_block(window + 1) + math.ceil((put_window_s + grace_s) / BLOCK_SECONDS) + 1
+    wait_s = cfg.put_window_s + cfg.put_grace_s
+    return cfg.window.first_block(window + 1) + math.ceil(wait_s / BLOCK_SECONDS) + 1
 
 
 def install_sigterm(stop: threading.Event) -> None:
@@ -39,66 +58,62 @@ def install_sigterm(stop: threading.Event) -> None:
 
 
 def serve(
-    r: Round,
+    rnd: Round,
+    state: WindowState,
     *,
     stop: threading.Event,
-    reconnect: Callable[[Round], Round],
-    put_window_s: float,
-    grace_s: float,
+    reconnect: Reconnect,
     max_windows: int | None = None,
-    retry_s: float = 5.0,
-    salvage_after: int = 3,
+    retry: Retry = Retry(),
 ) -> int:
     """Score windows until stopped; returns how many windows were committed.
 
-    `reconnect(old)` rebuilds a Round from storage, reusing the old one's model memory."""
-    if salvage_after < 1:
-        raise ValueError("salvage_after must be >= 1")
+    `reconnect(rnd, state)` rebuilds both from storage, reusing the old model's memory."""
     committed, failures, failing = 0, 0, None
     try:
         while not stop.is_set() and (max_windows is None or committed < max_windows):
-            window = r.model.window
+            window = state.model.window
             failures = failures if window == failing else 0
-            salvage = failures >= salvage_after
+            salvage = failures >= retry.salvage_after
             try:
-                r.chain.wait_for_block(ready_block(r, window, put_window_s, grace_s), timeout=5.0)
+                rnd.chain.wait_for_block(ready_block(rnd.cfg, window), timeout=5.0)
                 if salvage:
                     log.warning("window_salvaged", window=window, failed_attempts=failures)
-                report = run_window(r, window, salvage=salvage)
+                report = run_window(rnd, state, window, salvage=salvage)
             except TimeoutError:
                 continue
             except Exception:  # the round boundary: record, rebuild from storage, try the window again
                 failures, failing = failures + 1, window
                 log.exception("round_failed", window=window, failures_in_a_row=failures, salvaged=salvage)
-                r.metrics.failures.inc()
-                r.metrics.failing_streak.set(failures)
-                stop.wait(retry_s)
-                r = _reconnect(r, reconnect, stop, retry_s)
+                rnd.metrics.failures.inc()
+                rnd.metrics.failing_streak.set(failures)
+                stop.wait(retry.pause_s)
+                rnd, state = _reconnect(rnd, state, reconnect, stop, retry.pause_s)
                 continue
-            committed, failures = committed + 1, 0
-            r.metrics.failing_streak.set(0)
+            committed, failures, state = committed + 1, 0, report.state
+            rnd.metrics.failing_streak.set(0)
             if salvage:
-                r.metrics.salvaged.inc()
+                rnd.metrics.salvaged.inc()
             log.info(
                 "window_committed", window=window, selected=len(report.selection.gather), salvaged=salvage,
                 **report.timings,
             )  # fmt: skip
     finally:
-        r.weigher.lock.release()
+        rnd.weigher.lock.release()
     return committed
 
 
 def _reconnect(
-    old: Round, reconnect: Callable[[Round], Round], stop: threading.Event, retry_s: float
-) -> Round:
+    rnd: Round, state: WindowState, reconnect: Reconnect, stop: threading.Event, pause_s: float
+) -> tuple[Round, WindowState]:
     while not stop.is_set():
         try:
-            new = reconnect(old)
+            new, restored = reconnect(rnd, state)
         except Exception:  # storage may still be down: keep trying with a pause
             log.exception("reconnect_failed")
-            stop.wait(retry_s)
+            stop.wait(pause_s)
             continue
-        if new.ledger is not old.ledger:
-            old.ledger.engine.dispose()
-        return new
-    return old
+        if new.ledger is not rnd.ledger:
+            rnd.ledger.engine.dispose()
+        return new, restored
+    return rnd, state

@@ -1,12 +1,11 @@
-"""Build a Round from process settings: the one place where every part is constructed and joined."""
+"""Build the validator from process settings: the one place where every part is constructed and joined."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import socket
-from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from scoring.loss_score import LossScoreConfig
 from scoring.model import LlamaModel, ModelConfig, build_model, param_spec, select_device
 from scoring.ranking import RatingConfig
 from scoring.selection import SelectionConfig
-from scoring.signing import Signer
+from scoring.signing import Signer, dev_keypair
 from scoring.weights import PowerWeights, PowerWeightsConfig, RankWeights, RankWeightsConfig, WeightPolicy
 from scoring.wire import CodecConfig, max_submission_bytes
 from storage import migrate
@@ -28,11 +27,12 @@ from validator.chain.protocol import BLOCK_SECONDS, Chain, WindowConfig
 from validator.events import LeaderLock, NullEvents, RedisEvents, connect
 from validator.metrics import Metrics
 from validator.round.checking import CheckConfig
+from validator.round.config import RoundConfig
 from validator.round.evaluation import EvalConfig
-from validator.round.loop import Round, RoundConfig, no_hook
+from validator.round.loop import Round, WindowState
 from validator.round.policy import PolicyConfig
 from validator.round.publishing import SelectionPublisher
-from validator.round.weighing import Weigher
+from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
 from validator.state.ledger import Ledger
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
@@ -51,7 +51,6 @@ OPERATIONAL = frozenset({
     "workdir", "database_url", "redis_url", "archive_url", "archive_retention_windows", "selection_location",
     "metrics_port", "api_host", "api_port", "cors_origins", "rate_limit_per_minute", "api_max_commit_age_s",
     "wallet_path", "device", "fetch_deadline_s", "dataset_path", "model_path",  # paths, not contents
-    "eval_workers", "eval_ray_address",  # where evaluation runs, not what it computes
     "archive_access_key_id", "archive_secret_access_key", "selection_access_key_id",
     "selection_secret_access_key",  # who may write, not what is computed
 })  # fmt: skip
@@ -80,6 +79,8 @@ def round_config(s: Settings) -> RoundConfig:
         secret=SecretBytes(s.validator_secret.get_secret_value().encode()),
         outer_lr=s.outer_lr,
         fetch_deadline_s=s.fetch_deadline_s,
+        put_window_s=s.put_window_s,
+        put_grace_s=s.put_grace_s,
         config_digest=config_digest(s),
         code_version=code_version(),
     )  # fmt: skip
@@ -152,20 +153,48 @@ def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> Fetc
     )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """The chain and the validator on it: its hotkey, the storage locations it accepts, its signer."""
+
+    chain: Chain
+    hotkey: str | None
+    locations: LocationPolicy
+    signer: Signer | None = None
+
+
+def chain_for(s: Settings) -> ChainLink:
+    """The configured chain: a subnet through the SDK (`chain=subtensor`), or the local demo chain."""
+    if s.chain == "subtensor":
+        from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
+
+        sub = SubtensorChain(
+            SubtensorChainConfig(
+                network=s.network, netuid=s.netuid, wallet_name=s.wallet_name, hotkey_name=s.wallet_hotkey,
+                wallet_path=str(s.wallet_path) if s.wallet_path else None,
+            )
+        )  # fmt: skip
+        policy = LocationPolicy(allowed_host_suffixes=tuple(s.storage_host_suffixes))
+        return ChainLink(sub, sub.hotkey, policy, sub.signer)
+    from validator.chain.local import LocalChain, LocalChainConfig
+
+    signer = dev_keypair(s.local_validator_uri)  # the demo registers this key as uid 0
+    path = Path(s.workdir) / "chain.sqlite"
+    local = LocalChain(LocalChainConfig(path, validator_hotkey=signer.ss58_address, auto_advance=False))
+    return ChainLink(local, signer.ss58_address, LocationPolicy.local(), signer)
+
+
 def build_round(
     s: Settings,
-    chain: Chain,
+    link: ChainLink,
     *,
     dataset: Dataset,
     model: LlamaModel,
     start_window: int,
-    validator_hotkey: str | None,
-    locations: LocationPolicy,
-    hook: Callable[[str, int], None] | None = None,
     metrics: Metrics | None = None,
-    signer: Signer | None = None,
-) -> Round:
-    """Connect storage (migrating it), restore the model and ratings, and join the stages."""
+) -> tuple[Round, WindowState]:
+    """Connect storage (migrating it), join the stages, and restore where the next window starts:
+    the model (loaded into `model`'s memory) and the ratings."""
     ledger = open_ledger(s)
     cfg = round_config(s)
     gm, ratings = ledger.restore(model, start_window=start_window, outer_lr=s.outer_lr, codec=cfg.check.codec)
@@ -174,15 +203,13 @@ def build_round(
     metrics = metrics or Metrics()
     holder = hashlib.sha256(f"{socket.gethostname()}:{Path(s.workdir).resolve()}".encode()).hexdigest()
     ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
-    lock = LeaderLock(redis, validator_hotkey or "local", ttl_s=ttl, token=holder)
-    weigher = Weigher(
-        chain, weight_policy(s), lock, ledger.record_weights, every=s.windows_per_weights, metrics=metrics,
-        events=events, retry_pending=ledger.last_weights_failed(),
-    )  # fmt: skip
+    lock = LeaderLock(redis, link.hotkey or "local", ttl_s=ttl, token=holder)
+    schedule = WeightSchedule(s.windows_per_weights, retry_pending=ledger.last_weights_failed())
+    weigher = Weigher(link.chain, weight_policy(s), lock, ledger.record_weights, schedule, metrics)
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)
-    fetcher = Fetcher(fetch_config(s, cap, locations))
-    return Round(
-        chain=chain, fetcher=fetcher, locations=locations, dataset=dataset, model=gm, ratings=ratings,
-        ledger=ledger, weigher=weigher, cfg=cfg, validator_hotkey=validator_hotkey,
-        events=events, metrics=metrics, hook=hook or no_hook, publisher=publisher(s, signer),
+    rnd = Round(
+        chain=link.chain, fetcher=Fetcher(fetch_config(s, cap, link.locations)), locations=link.locations,
+        dataset=dataset, ledger=ledger, weigher=weigher, cfg=cfg, validator_hotkey=link.hotkey,
+        events=events, metrics=metrics, publisher=publisher(s, link.signer),
     )  # fmt: skip
+    return rnd, WindowState(gm, ratings)

@@ -121,7 +121,7 @@ def demo(
             line = window_line(summary.add(report, runner.heldout_loss()), summary.behaviour)
             progress.console.print(line, soft_wrap=True, markup=False, highlight=False)
             progress.advance(task)
-    result = summary.to_json(runner.round.ratings)
+    result = summary.to_json(runner.state.ratings)
     for line in leaderboard_lines(result["peers"]):
         typer.echo(line, err=True)
     typer.echo(f"model shapes for `gauntlet submission inspect --shapes`: {runner.shapes_path}", err=True)

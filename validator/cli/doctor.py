@@ -24,11 +24,11 @@ from scoring.model import count_parameters, select_device
 from storage import migrate
 from storage.db import make_engine
 from validator.cli.common import sqlite_file
-from validator.cli.ops import chain_for, load_settings
+from validator.cli.ops import load_settings
 from validator.events import connect
 from validator.settings import Settings
 from validator.stores.objstore import open_store
-from validator.wiring import blob_store, bucket, load_model
+from validator.wiring import blob_store, bucket, chain_for, load_model
 
 Status = Literal["ok", "warn", "FAIL"]
 
@@ -66,7 +66,8 @@ def check_redis(s: Settings) -> Check:
 
 
 def check_chain(s: Settings) -> Check:
-    chain, hotkey, _, _ = chain_for(s)
+    link = chain_for(s)
+    chain, hotkey = link.chain, link.hotkey
     head = chain.block()
     where = f"{s.network} netuid {s.netuid}" if s.chain == "subtensor" else f"local chain {s.workdir}"
     mine = [n for n in chain.neurons() if n.hotkey == hotkey]

@@ -13,9 +13,9 @@ from prometheus_client import start_http_server
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from scoring.signing import Signer, dev_keypair
+from scoring.model import LlamaModel
 from storage import migrate
-from validator.chain.protocol import Chain, WindowConfig
+from validator.chain.protocol import WindowConfig
 from validator.cli.common import (
     check_model_path,
     db_error,
@@ -27,11 +27,10 @@ from validator.cli.common import (
 )
 from validator.logs import configure_logging
 from validator.metrics import Metrics
-from validator.round.loop import Round
+from validator.round.loop import Round, WindowState
 from validator.service import install_sigterm, serve
 from validator.settings import Settings
-from validator.stores.commitments import LocationPolicy
-from validator.wiring import build_round, load_model
+from validator.wiring import ChainLink, build_round, chain_for, load_model
 
 db_app = typer.Typer(no_args_is_help=True, help="Database migrations (Alembic).")
 config_app = typer.Typer(no_args_is_help=True, help="Configuration.")
@@ -110,27 +109,7 @@ def config_show() -> None:
     typer.echo(json.dumps(load_settings().masked(), indent=2, sort_keys=True))
 
 
-def chain_for(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer]:
-    if s.chain == "subtensor":
-        from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
-
-        sub = SubtensorChain(
-            SubtensorChainConfig(
-                network=s.network, netuid=s.netuid, wallet_name=s.wallet_name, hotkey_name=s.wallet_hotkey,
-                wallet_path=str(s.wallet_path) if s.wallet_path else None,
-            )
-        )  # fmt: skip
-        policy = LocationPolicy(allowed_host_suffixes=tuple(s.storage_host_suffixes))
-        return sub, sub.hotkey, policy, sub.signer
-    from validator.chain.local import LocalChain, LocalChainConfig
-
-    signer = dev_keypair(s.local_validator_uri)  # the demo registers this key as uid 0
-    path = Path(s.workdir) / "chain.sqlite"
-    local = LocalChain(LocalChainConfig(path, validator_hotkey=signer.ss58_address, auto_advance=False))
-    return local, signer.ss58_address, LocationPolicy.local(), signer
-
-
-def connect_chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signer, int]:
+def connect_chain(s: Settings) -> tuple[ChainLink, int]:
     """The chain and its head block, or one line: a wallet key that is not there, an endpoint
     that does not answer (the SDK raises its own error types, not OSError)."""
     errors: tuple[type[BaseException], ...] = (OSError,)
@@ -139,8 +118,8 @@ def connect_chain(s: Settings) -> tuple[Chain, str | None, LocationPolicy, Signe
 
         errors += (BittensorError,)
     try:
-        chain, hotkey, locations, signer = chain_for(s)
-        return chain, hotkey, locations, signer, chain.block()
+        link = chain_for(s)
+        return link, link.chain.block()
     except FileNotFoundError as e:  # before OSError: the wallet, not the network
         fail(f"cannot open the validator's hotkey: {e} (GAUNTLET_WALLET_NAME, _HOTKEY, _PATH)")
     except errors as e:
@@ -157,36 +136,26 @@ def run(
     configure_logging()
     dataset = open_dataset(s)
     check_model_path(s)
-    chain, hotkey, locations, signer, head = connect_chain(s)
+    link, head = connect_chain(s)
     metrics = Metrics()
     start = max(WindowConfig(s.blocks_per_window).window_of(head) - 1, 0)
 
-    def connect(old: Round | None = None) -> Round:
-        model = old.model.model if old is not None else load_model(s, dataset)  # restore loads in place
-        return build_round(
-            s, chain, dataset=dataset, model=model, start_window=start,
-            validator_hotkey=hotkey, locations=locations, metrics=metrics, signer=signer,
-        )  # fmt: skip
+    def connect(model: LlamaModel) -> tuple[Round, WindowState]:
+        return build_round(s, link, dataset=dataset, model=model, start_window=start, metrics=metrics)
 
     stop = threading.Event()
     install_sigterm(stop)  # before the first connect: a stop asked for while it runs is honoured
     try:
-        first = connect()
+        first, state = connect(load_model(s, dataset))
     except KeyError as e:  # a checkpoint the database names is not in the store (deploy/README.md §5)
         fail(f"checkpoint {e.args[0]} is missing from {store_of(s)}: restore it from the database's backup")
     except LookupError as e:  # a database newer than its work folder
         fail(f"{e}: restore {Path(s.workdir).resolve()} from the same backup as the database")
     except SQLAlchemyError as e:
         fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
-    device = next(first.model.model.parameters()).device
-    log_startup("run", s, hotkey=hotkey, device=str(device), model=first.model.base, window=start)
+    device = next(state.model.model.parameters()).device
+    log_startup("run", s, hotkey=link.hotkey, device=str(device), model=state.model.base, window=start)
     if s.metrics_port is not None:
         start_http_server(s.metrics_port, addr=s.api_host, registry=metrics.registry)
-    serve(
-        first,
-        stop=stop,
-        reconnect=connect,
-        put_window_s=s.put_window_s,
-        grace_s=s.put_grace_s,
-        max_windows=windows,
-    )
+    # a rebuild restores the model into the old one's memory
+    serve(first, state, stop=stop, reconnect=lambda rnd, old: connect(old.model.model), max_windows=windows)

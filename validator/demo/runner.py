@@ -26,11 +26,11 @@ from scoring.wire import CodecConfig
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.demo.sim.context import Behaviour, PeerTools
 from validator.demo.sim.network import SimNetwork
-from validator.round.loop import Round, WindowReport, run_window
+from validator.round.loop import Round, WindowReport, WindowState, run_window
 from validator.service import ready_block
 from validator.settings import Settings, to_toml
 from validator.stores.commitments import LocationPolicy
-from validator.wiring import build_round, load_model
+from validator.wiring import ChainLink, build_round, load_model
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,8 @@ def demo_settings(workdir: Path) -> Settings:
 
 
 class DemoRunner:
-    """Owns the local chain, the simulated peers and the validator's Round across windows."""
+    """Owns the local chain, the simulated peers, and the validator (its Round and the state where
+    its next window starts) across windows."""
 
     def __init__(self, cfg: DemoConfig, *, hook: Callable[[str, int], None] | None = None) -> None:
         # Absolute: the generated TOML must find this run from any folder (`gauntlet replay`).
@@ -99,45 +100,51 @@ class DemoRunner:
         fixed = draw_pages(derive_seed("demo-eval", cfg.seed), 32, self.dataset.n_pages)
         self.eval_batches = batches(self.dataset, fixed, 8)
         self.previous: dict[str, torch.Tensor] | None = None  # the global model one window ago
-        self.round = self.connect()
+        self.round, self.state = self.connect()
         # what `gauntlet submission inspect --shapes` needs to check a file against this model
-        spec = {name: list(shape) for name, shape in param_spec(self.round.model.model).items()}
+        spec = {name: list(shape) for name, shape in param_spec(self.state.model.model).items()}
         self.shapes_path.write_text(json.dumps(spec))
 
     @property
     def shapes_path(self) -> Path:
         return self.cfg.workdir / "shapes.json"
 
-    def connect(self) -> Round:
+    def connect(self) -> tuple[Round, WindowState]:
         """(Re)build the validator from storage, as a restarted process would."""
-        return build_round(
-            self.settings, self.chain, dataset=self.dataset, model=load_model(self.settings, self.dataset),
-            start_window=1, validator_hotkey=self.validator_hotkey, locations=LocationPolicy.local(),
-            hook=self.hook, signer=dev_keypair(self.settings.local_validator_uri),
-        )  # fmt: skip
+        link = ChainLink(
+            self.chain,
+            self.validator_hotkey,
+            LocationPolicy.local(),
+            dev_keypair(self.settings.local_validator_uri),
+        )
+        model = load_model(self.settings, self.dataset)
+        rnd, state = build_round(self.settings, link, dataset=self.dataset, model=model, start_window=1)
+        return (rnd if self.hook is None else replace(rnd, hook=self.hook)), state
 
     @property
     def next_window(self) -> int:
-        return self.round.model.window
+        return self.state.model.window
 
     def publish(self, window: int) -> None:
         """Peers train during `window` and upload right after window + 1 begins."""
-        wcfg = self.round.cfg.window
-        put_start = self.chain.block_timestamp(wcfg.first_block(window + 1))
-        current = {n: p.detach().clone() for n, p in self.round.model.model.named_parameters()}
+        gm = self.state.model
+        put_start = self.chain.block_timestamp(self.round.cfg.window.first_block(window + 1))
+        current = {n: p.detach().clone() for n, p in gm.model.named_parameters()}
         last = None if self.previous is None else {n: self.previous[n] - current[n] for n in current}
         self.network.publish_window(
-            window, model=self.round.model.model, base=self.round.model.base, put_start=put_start,
-            last_aggregate=last,
-        )  # fmt: skip
+            window, model=gm.model, base=gm.base, put_start=put_start, last_aggregate=last
+        )
         self.previous = current
-        target = ready_block(self.round, window, self.settings.put_window_s, self.settings.put_grace_s)
+        target = ready_block(self.round.cfg, window)
         if self.chain.block() < target:
             self.chain.advance(target - self.chain.block())
 
-    def validate(self, window: int) -> WindowReport:
-        return run_window(self.round, window)
+    def validate(self, window: int, *, salvage: bool = False) -> WindowReport:
+        """Score and commit `window`; the runner moves on to the state it ends in."""
+        report = run_window(self.round, self.state, window, salvage=salvage)
+        self.state = report.state
+        return report
 
     def heldout_loss(self) -> float:
         """Loss of the current global model on a fixed set of pages (comparable across windows)."""
-        return mean_loss(self.round.model.model, self.eval_batches)
+        return mean_loss(self.state.model.model, self.eval_batches)

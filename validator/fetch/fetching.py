@@ -1,10 +1,11 @@
-"""Stage 1–2: who the peers are and where they publish, then every submission fetched concurrently."""
+"""Who the peers are and where they publish, then every submission fetched concurrently."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
 
+from scoring.ranking import Status
 from scoring.types import Reason
 from validator.chain.protocol import Chain
 from validator.round.outcomes import PeerTarget, PeerWindow
@@ -75,9 +76,9 @@ def fetch_requests(targets: Sequence[PeerTarget], window: int, put_start: float)
 
 def _peer_window(target: PeerTarget, result: FetchResult | None) -> PeerWindow:
     if result is None:
-        return PeerWindow(target, "missing", target.reason or Reason.MISSING, target.problem)
+        return PeerWindow(target, Status.MISSING, target.reason or Reason.MISSING, target.problem)
     if result.status == FetchStatus.OK:
-        return PeerWindow(target, "ok", None, "", result)
+        return PeerWindow(target, Status.OK, None, "", result)
     if result.status == FetchStatus.TOO_LARGE:
-        return PeerWindow(target, "invalid", Reason.TOO_LARGE, result.detail, result)
-    return PeerWindow(target, result.status, result.reason or result.status, result.detail, result)
+        return PeerWindow(target, Status.INVALID, Reason.TOO_LARGE, result.detail, result)
+    return PeerWindow(target, Status(result.status), result.reason or result.status, result.detail, result)

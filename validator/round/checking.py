@@ -1,4 +1,4 @@
-"""Stage 3: decode and check every fetched submission (DESIGN.md §5), archiving what was fetched."""
+"""Decode and check every fetched submission (DESIGN.md §5), archiving what was fetched."""
 
 from __future__ import annotations
 
@@ -7,16 +7,18 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from statistics import median
+from types import TracebackType
 
 import structlog
 
 from scoring.clipping import median_norms
 from scoring.decoder import Expected, decode_submission
-from scoring.ranking import RatingConfig, RatingState, proven
+from scoring.ranking import RatingConfig, RatingState, Status, proven
 from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
 from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
 from scoring.wire import CodecConfig
 from validator.round.outcomes import PeerWindow
+from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
 
 log = structlog.get_logger(__name__)
@@ -79,12 +81,21 @@ def file_judge(
 
 class EagerDecoder:
     """Judges each file on a worker thread the moment its download completes, so decoding overlaps
-    the downloads still in flight (DESIGN.md §11). Pass it as the fetcher's `on_result`."""
+    the downloads still in flight (DESIGN.md §11). Pass it as the fetcher's `on_result`, then take
+    the fetched peers' outcomes from `outcomes`; leaving the `with` block stops the worker."""
 
     def __init__(self, judge: Judge, uids: Mapping[str, int], workers: int = 1) -> None:
         self.judge, self.uids = judge, uids
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gauntlet-decode")
         self.futures: dict[str, Future[Judged]] = {}
+
+    def __enter__(self) -> EagerDecoder:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def __call__(self, result: FetchResult) -> None:
         if result.data is not None and result.hotkey in self.uids:
@@ -92,26 +103,28 @@ class EagerDecoder:
                 self.judge, result.hotkey, self.uids[result.hotkey], result.data
             )
 
-    def results(self) -> dict[str, Judged]:
-        try:
-            return {hotkey: f.result() for hotkey, f in self.futures.items()}
-        finally:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+    def outcomes(self, peers: Sequence[PeerWindow]) -> list[PeerWindow]:
+        """Each fetched peer with its file judged: as judged on the worker, or now if it was not."""
+        judged = {hotkey: f.result() for hotkey, f in self.futures.items()}
+
+        def judge(hotkey: str, uid: int, data: bytes) -> Judged:
+            return judged.get(hotkey) or self.judge(hotkey, uid, data)
+
+        return decode_all(peers, judge)
 
 
-def decode_all(
-    peers: Sequence[PeerWindow], judge: Judge, ready: Mapping[str, Judged] | None = None
-) -> list[PeerWindow]:
-    """Each fetched file judged (or taken from `ready`), its bytes dropped once archived."""
+def decode_all(peers: Sequence[PeerWindow], judge: Judge) -> list[PeerWindow]:
+    """Each peer that still holds fetched bytes judged, the bytes dropped once archived; the
+    others (nothing fetched, or judged already) as they are."""
     out = []
     for p in peers:
         data = p.fetch.data if p.fetch is not None else None
         if data is None or p.fetch is None:
             out.append(p)
             continue
-        digest, result = (ready or {}).get(p.hotkey) or judge(p.hotkey, p.uid, data)
+        digest, result = judge(p.hotkey, p.uid, data)
         fetched = replace(p, content_digest=digest, fetch=replace(p.fetch, data=None))
-        if p.status != "ok":
+        if p.status != Status.OK:
             out.append(fetched)
         elif result.update is None:
             out.append(fetched.reject(result.verdict.reason or Reason.BAD_METADATA, result.verdict.detail))
@@ -225,24 +238,17 @@ def reject_replays(
 
 def check_window(
     peers: Sequence[PeerWindow],
-    *,
-    window: int,
-    base: str,
-    spec: ParamSpec,
+    judge: Judge,
     cfg: CheckConfig,
-    archive: Callable[[bytes], str],
     seen_before: Callable[[list[str]], set[str]],
-    secret_seed: str,
-    ready: Mapping[str, Judged] | None = None,
-    decode: Decoder = decode_submission,
+    seed: WindowSeed,
 ) -> tuple[list[PeerWindow], list[CopyFinding]]:
-    """All checks of §5 in order: decode (1–5), replays, empty updates and norm outliers (6),
-    uniqueness (7).
+    """All checks of §5 in order: decode (1–5) what was not judged yet, replays, empty updates and
+    norm outliers (6), uniqueness (7).
 
     Uniqueness samples chunks from the window's secret seed, so copiers cannot dodge the sample."""
-    judge = file_judge(window=window, base=base, spec=spec, cfg=cfg, archive=archive, decode=decode)
-    checked = decode_all(peers, judge, ready)
+    checked = decode_all(peers, judge)
     checked = reject_replays(checked, seen_before)
     checked = reject_zero_updates(checked, cfg)
     checked = reject_norm_outliers(checked, cfg)
-    return reject_copies(checked, cfg, seed=int(secret_seed[:16], 16))
+    return reject_copies(checked, cfg, seed=seed.number)

@@ -1,8 +1,9 @@
-"""Stage 4: LossScore for the peers this window can afford, on assigned and held-out pages."""
+"""LossScore for the peers this window can afford, on assigned and held-out pages."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Protocol
@@ -25,6 +26,7 @@ from scoring.ranking import RatingState
 from scoring.sampling import SamplingConfig, sample_for_evaluation
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow
+from validator.round.window import WindowSeed
 
 log = structlog.get_logger(__name__)
 
@@ -63,65 +65,87 @@ class EvalConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class EvalSetup:
+    """What evaluates one window's peers: the model at the window's base, the data, the window and
+    its secret seed (which draws the held-out pages and each peer's evaluation pages)."""
+
+    model: LlamaModel
+    dataset: Dataset
+    window: int
+    seed: WindowSeed
+    cfg: EvalConfig
+    evaluator: Evaluator = evaluate_peers
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Which valid peers are evaluated: a fair sample of `budget()` peers (asked when the evaluation
+    starts, so the live round can size it by the time left), or exactly `only` (replay: the peers
+    the record evaluated). The ratings before the window make the sample fair."""
+
+    ratings: RatingState
+    budget: Callable[[], int]
+    only: Collection[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HeldOut:
-    seed: str
     batches: Sequence[torch.Tensor]
     loss_before: float
 
 
-def heldout(model: LlamaModel, dataset: Dataset, seed: str, cfg: EvalConfig) -> HeldOut:
+NOT_EVALUATED = HeldOut((), math.nan)
+
+
+def heldout(setup: EvalSetup) -> HeldOut:
     """The window's held-out batches and their loss before any update: computed once per window."""
-    pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=dataset)
+    cfg, dataset = setup.cfg, setup.dataset
+    pages = heldout_from_seed(setup.seed.hex, n_pages=cfg.heldout_pages, dataset=dataset)
     data = batches(dataset, pages, cfg.batch_size)
-    with deterministic(next(model.parameters()).device):  # the same kernels as the per-peer losses
-        return HeldOut(seed, data, mean_loss(model, data))
+    with deterministic(next(setup.model.parameters()).device):  # the same kernels as the per-peer losses
+        return HeldOut(data, mean_loss(setup.model, data))
 
 
-def _own_batches(dataset: Dataset, window: int, uid: int, seed: str, cfg: EvalConfig) -> list[torch.Tensor]:
+def _own_batches(setup: EvalSetup, uid: int) -> list[torch.Tensor]:
+    cfg = setup.cfg
     assigned = assigned_pages(
-        window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=dataset
+        setup.window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=setup.dataset
     )
-    return batches(dataset, eval_sample(seed, uid, assigned=assigned, k=cfg.eval_pages), cfg.batch_size)
+    sample = eval_sample(setup.seed.hex, uid, assigned=assigned, k=cfg.eval_pages)
+    return batches(setup.dataset, sample, cfg.batch_size)
 
 
 def evaluate_window(
+    setup: EvalSetup,
     peers: Sequence[PeerWindow],
     *,
-    model: LlamaModel,
-    dataset: Dataset,
-    window: int,
     held: HeldOut,
     reference: Mapping[str, float],
-    ratings: RatingState,
-    budget: int,
-    cfg: EvalConfig,
-    only: Collection[str] | None = None,
-    evaluator: Evaluator = evaluate_peers,
+    sample: Sample,
 ) -> list[PeerWindow]:
-    """Evaluate a fair sample of the valid peers (all of them when the budget allows).
-
-    `only` replaces the sample with a given set: replay evaluates exactly the recorded peers. A peer
-    whose evaluation raises is invalid (`internal_error`); the others are scored as usual."""
+    """Evaluate a fair sample of the valid peers (all of them when the budget allows). A peer whose
+    evaluation raises is invalid (`internal_error`); the others are scored as usual."""
     valid = {p.hotkey: p for p in peers if p.valid}
-    ordinals = {h: r.ordinal for h, r in ratings.peers.items()}
-    last = {h: r.last_evaluated for h, r in ratings.peers.items() if r.last_evaluated is not None}
-    seed = int(held.seed[:16], 16)
-    if only is None:
-        chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, cfg.sampling)
+    if sample.only is None:
+        ratings = sample.ratings.peers
+        ordinals = {h: r.ordinal for h, r in ratings.items()}
+        last = {h: r.last_evaluated for h, r in ratings.items() if r.last_evaluated is not None}
+        budget, window, seed = sample.budget(), setup.window, setup.seed.number
+        sampling = setup.cfg.sampling
+        chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, sampling)
     else:
-        chosen = sorted(h for h in only if h in valid)
+        chosen = sorted(h for h in sample.only if h in valid)
     jobs = []
     for hotkey in chosen:
         p = valid[hotkey]
         assert p.update is not None
-        load = partial(_own_batches, dataset, window, p.uid, held.seed, cfg)
-        jobs.append(PeerJob(p.uid, p.update.params, load))
+        jobs.append(PeerJob(p.uid, p.update.params, partial(_own_batches, setup, p.uid)))
     run = partial(
-        evaluator,
-        model,
+        setup.evaluator,
+        setup.model,
         heldout=held.batches,
         reference=reference,
-        cfg=cfg.loss,
+        cfg=setup.cfg.loss,
         loss_before=held.loss_before,
     )
     results, failed = _isolated(run, jobs)

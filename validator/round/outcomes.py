@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from scoring.loss_score import PeerEval
+from scoring.ranking import RatingState, Status
+from scoring.selection import Selection
 from scoring.types import SparseUpdate
-from scoring.uniqueness import CopyTier
+from scoring.uniqueness import CopyFinding, CopyTier
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchResult
 
@@ -24,10 +26,10 @@ class PeerTarget:
 
 @dataclass(frozen=True, slots=True)
 class PeerWindow:
-    """One peer's window so far. `status` is ok/missing/early/late/invalid with a reason unless ok."""
+    """One peer's window so far: with a reason unless its status is ok."""
 
     target: PeerTarget
-    status: str
+    status: Status
     reason: str | None = None
     detail: str = ""
     fetch: FetchResult | None = None
@@ -46,8 +48,21 @@ class PeerWindow:
 
     @property
     def valid(self) -> bool:
-        return self.status == "ok" and self.update is not None
+        return self.status == Status.OK and self.update is not None
 
     def reject(self, reason: str, detail: str) -> PeerWindow:
         """The same peer, now invalid; the decoded update is dropped so nothing downstream uses it."""
-        return replace(self, status="invalid", reason=reason, detail=detail, update=None)
+        return replace(self, status=Status.INVALID, reason=reason, detail=detail, update=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A window scored from its inputs: what the round commits and replay compares."""
+
+    peers: list[PeerWindow]
+    findings: list[CopyFinding]
+    reference: dict[str, float]  # the clip reference: per-parameter median norm
+    ratings: RatingState  # after this window
+    selection: Selection[str]
+    heldout_loss: float  # the base model's loss on the held-out pages (NaN when not evaluated)
+    eval_seconds: tuple[float, ...] = ()  # one per evaluated peer: sizes the next window's budget

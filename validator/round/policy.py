@@ -1,4 +1,4 @@
-"""Stages 5–6 and 8: ratings from the window's outcomes, the aggregation set, and chain weights."""
+"""Ratings from the window's outcomes, the aggregation set, and chain weights from the ratings."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from storage.records import (
     WindowRecord,
 )
 from validator.round.checking import judging_failed
-from validator.round.outcomes import PeerWindow
+from validator.round.outcomes import PeerWindow, Scored
 from validator.stores.objstore import object_key
 
 
@@ -148,17 +148,10 @@ def selection_records(selection: Selection[str], uids: Mapping[str, int]) -> lis
 
 
 def window_record(
-    header: WindowRecord,
-    *,
-    peers: Sequence[PeerWindow],
-    state: RatingState,
-    findings: Sequence[CopyFinding],
-    selection: Selection[str],
-    aggregate_digests: Sequence[str],
-    reference: Mapping[str, float],
-    cfg: RatingConfig,
+    header: WindowRecord, scored: Scored, aggregate_digests: Sequence[str], cfg: RatingConfig
 ) -> WindowRecord:
     """The header's window with everything the round decided in it."""
+    peers, state = scored.peers, scored.ratings
     uids = {p.hotkey: p.uid for p in peers}
     return replace(
         header,
@@ -166,8 +159,8 @@ def window_record(
         evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
         ratings=[rating_record(r) for r in state.peers.values()],
         penalties=penalty_records(peers, state, cfg),
-        copy_pairs=copy_pair_records(findings),
-        selections=selection_records(selection, uids),
+        copy_pairs=copy_pair_records(scored.findings),
+        selections=selection_records(scored.selection, uids),
         aggregate_digests=list(aggregate_digests),
-        clip_reference=dict(reference),
+        clip_reference=dict(scored.reference),
     )

@@ -2,8 +2,8 @@
 
 Inputs: the base model rebuilt from the nearest checkpoint plus archived aggregates, the archived
 submission bytes, the recorded fetch outcomes and held-out seed, the set of evaluated peers, and the
-rating state committed for the window before. Everything after fetching is recomputed with the same
-code as the live round: checks, uniqueness, LossScore, the rating update and the selection.
+rating state committed for the window before. Everything after fetching is recomputed by the live
+round's own `score_window`: checks, uniqueness, LossScore, the rating update and the selection.
 """
 
 from __future__ import annotations
@@ -13,16 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from scoring.data import Dataset
+from scoring.loss_score import evaluate_peers
 from scoring.model import LlamaModel, param_spec
-from scoring.ranking import RatingState
-from scoring.uniqueness import unclear_pairs
+from scoring.ranking import RatingState, Status
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
-from validator.round.checking import check_window, clip_reference, proven_peers
-from validator.round.evaluation import evaluate_window, heldout
-from validator.round.loop import RoundConfig
+from validator.metrics import Metrics
+from validator.round.checking import file_judge
+from validator.round.config import RoundConfig
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.round.policy import rate_window, select_window
+from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.recording import evaluation_record, rating_record
+from validator.round.stages import Stages
+from validator.round.window import WindowSeed
 from validator.state.ledger import Ledger
 from validator.stores.objstore import FetchResult
 
@@ -51,15 +53,16 @@ class ReplayRow:
 def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
     """The fetch stage's outcome as recorded: bytes from the archive, statuses as they were."""
     target = PeerTarget(sub.uid, sub.hotkey, None)
-    if sub.content_digest is None or sub.status in ("missing", "early", "late"):
-        return PeerWindow(target, sub.status, sub.reason, sub.detail)
+    status = Status(sub.status)
+    if sub.content_digest is None or status in (Status.MISSING, Status.EARLY, Status.LATE):
+        return PeerWindow(target, status, sub.reason, sub.detail)
     data = ledger.archive.get(sub.content_digest)
     ts = sub.storage_time.timestamp() if sub.storage_time else None
     fetch = FetchResult(
         sub.hotkey, "ok", data=data, size=len(data), etag=sub.etag, last_modified=ts,
         first_seen=sub.first_seen, seen_resolution_s=sub.seen_resolution_s,
     )  # fmt: skip
-    return PeerWindow(target, "ok", None, "", fetch)
+    return PeerWindow(target, Status.OK, None, "", fetch)
 
 
 def _row(
@@ -108,20 +111,17 @@ def replay_window(
         raise ValueError(
             f"rebuilt base {gm.base[:16]} differs from the stored {record.base_fingerprint[:16]}"
         )
-    before = ledger.ratings_after(window - 1) if window > 0 else RatingState()
-    peers, findings = check_window(
-        [_peer(s, ledger) for s in record.submissions], window=window, base=gm.base, spec=param_spec(model),
-        cfg=cfg.check, archive=lambda data: "", seen_before=lambda d: ledger.seen_before(d, window),
-        secret_seed=record.heldout_seed,
+    ctx = WindowContext(window, gm.base, param_spec(model), WindowSeed(record.heldout_seed), cfg)
+    peers = [_peer(s, ledger) for s in record.submissions]
+    judge = file_judge(window=window, base=gm.base, spec=ctx.spec, cfg=cfg.check, archive=lambda data: "")
+    inputs = WindowInputs(
+        model=model, dataset=dataset, judge=judge,
+        ratings=ledger.ratings_after(window - 1) if window > 0 else RatingState(),
+        seen_before=lambda digests: ledger.seen_before(digests, window), evaluator=evaluate_peers,
+        budget=lambda: len(peers), only={e.hotkey for e in record.evaluations},
     )  # fmt: skip
-    reference = clip_reference(peers, cfg.check, proven_peers(before, cfg.policy.rating))
-    held = heldout(model, dataset, record.heldout_seed, cfg.eval)
-    peers = evaluate_window(
-        peers, model=model, dataset=dataset, window=window, held=held, reference=reference,
-        ratings=before, budget=len(peers), cfg=cfg.eval, only={e.hotkey for e in record.evaluations},
-    )  # fmt: skip
-    state = rate_window(before, peers, window, cfg.policy)
-    gather = set(select_window(state, peers, window, cfg.policy, twins=unclear_pairs(findings)).gather)
-    stored, again = _stored_rows(record), _recomputed_rows(peers, state, gather)
+    scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
+    stored = _stored_rows(record)
+    again = _recomputed_rows(scored.peers, scored.ratings, set(scored.selection.gather))
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]

@@ -1,4 +1,4 @@
-"""Stage 8: weights on chain every `windows_per_weights` windows, by the leader only, always recorded.
+"""Weights on chain every `windows_per_weights` windows, by the leader only, always recorded.
 
 A failed attempt (chain unreachable, extrinsic refused) is recorded and retried at the next window,
 never raised: the scoring of the next window must not depend on the chain accepting weights.
@@ -7,6 +7,7 @@ never raised: the scoring of the next window must not depend on the chain accept
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -14,36 +15,42 @@ from scoring.ranking import RatingState
 from scoring.weights import WeightPolicy
 from storage.records import WeightSetRecord
 from validator.chain.protocol import Chain, WeightOutcome
-from validator.events import Events, LeaderLock, NullEvents
+from validator.events import LeaderLock
 from validator.metrics import Metrics
 from validator.round.policy import weights_for
 
 log = structlog.get_logger(__name__)
 
 
+@dataclass(slots=True)
+class WeightSchedule:
+    """Weights are due every `every` windows, and at every window after a failed attempt."""
+
+    every: int
+    retry_pending: bool = False  # restored from storage after a restart
+
+    def due(self, window: int) -> bool:
+        return self.retry_pending or window % self.every == 0
+
+
 class Weigher:
+    """Sets weights when they are due and records every attempt; the round publishes the event."""
+
     def __init__(
         self,
         chain: Chain,
         policy: WeightPolicy,
         lock: LeaderLock,
         record: Callable[[WeightSetRecord], None],
-        *,
-        every: int,
+        schedule: WeightSchedule,
         metrics: Metrics,
-        events: Events | None = None,
-        retry_pending: bool = False,
     ) -> None:
         self.chain, self.policy, self.lock, self.record = chain, policy, lock, record
-        self.every, self.metrics, self.events = every, metrics, events or NullEvents()
-        self.retry_pending = retry_pending  # restored from storage after a restart
-
-    def due(self, window: int) -> bool:
-        return self.retry_pending or window % self.every == 0
+        self.schedule, self.metrics = schedule, metrics
 
     def maybe_set(self, window: int, ratings: RatingState) -> WeightSetRecord | None:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
-        if not self.due(window):
+        if not self.schedule.due(window):
             return None
         weights = weights_for(ratings, window, self.policy)
         uids = sorted(weights)
@@ -55,7 +62,7 @@ class Weigher:
         if not leader:
             return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))
         outcome = self._set(weights)
-        self.retry_pending = not outcome.ok
+        self.schedule.retry_pending = not outcome.ok
         result = "ok" if outcome.ok else "failed"
         return self._done(
             WeightSetRecord(
@@ -76,7 +83,5 @@ class Weigher:
             self.record(rec)
         except Exception as e:  # recording is best effort here; the window itself is committed
             log.error("weight_set_not_recorded", window=rec.window, error=str(e))
-        if rec.outcome == "ok":
-            self.events.publish("weights_set", rec.window, uids=list(rec.uids))
         log.info("weights", window=rec.window, outcome=rec.outcome, error=rec.error, peers=len(rec.uids))
         return rec

@@ -1,0 +1,27 @@
+"""The round's configuration: everything that decides how a window is fetched and scored."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import SecretBytes
+
+from validator.chain.protocol import WindowConfig
+from validator.round.checking import CheckConfig
+from validator.round.evaluation import EvalConfig
+from validator.round.policy import PolicyConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RoundConfig:
+    check: CheckConfig
+    eval: EvalConfig
+    policy: PolicyConfig
+    window: WindowConfig
+    secret: SecretBytes  # masked in every repr, log and traceback; unwrapped only by `window_seed`
+    outer_lr: float = 0.4
+    fetch_deadline_s: float = 120.0
+    put_window_s: float = 70.0  # how long after a window ends peers may upload its submission
+    put_grace_s: float = 5.0
+    config_digest: str = "0" * 64
+    code_version: str = "dev"

@@ -1,0 +1,122 @@
+"""One window scored from its inputs: the live round and replay both run exactly this.
+
+decode → replays → empty updates and outliers → copies → clip reference → held-out → evaluate →
+rate → select. The live round decodes while it downloads, so its peers arrive judged and the
+decode step finds nothing left to do; replay hands in the archived bytes and decodes them here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+
+from scoring.data import Dataset
+from scoring.model import LlamaModel
+from scoring.ranking import RatingState
+from scoring.selection import Selection
+from scoring.types import ParamSpec, Reason
+from scoring.uniqueness import CopyFinding, unclear_pairs
+from validator.round.checking import Judge, check_window, clip_reference, proven_peers
+from validator.round.config import RoundConfig
+from validator.round.evaluation import (
+    NOT_EVALUATED,
+    EvalSetup,
+    Evaluator,
+    HeldOut,
+    Sample,
+    evaluate_window,
+    heldout,
+)
+from validator.round.outcomes import PeerWindow, Scored
+from validator.round.policy import rate_window, select_window
+from validator.round.recording import recordable
+from validator.round.stages import Stages
+from validator.round.window import WindowSeed
+
+NOTHING_SELECTED: Selection[str] = Selection((), ())
+
+
+@dataclass(frozen=True, slots=True)
+class WindowContext:
+    """What a window is scored over, fixed before its first stage."""
+
+    window: int
+    base: str  # the fingerprint of the model the window's updates apply to
+    spec: ParamSpec  # that model's parameter shapes
+    seed: WindowSeed
+    cfg: RoundConfig
+
+
+@dataclass(frozen=True, slots=True)
+class WindowInputs:
+    """What a window is scored from besides its peers."""
+
+    model: LlamaModel  # at the window's base
+    dataset: Dataset
+    ratings: RatingState  # after the window before
+    seen_before: Callable[[list[str]], set[str]]  # which payload digests earlier windows saw
+    judge: Judge  # decodes a file (built once: the live round's eager decoder uses the same)
+    evaluator: Evaluator
+    budget: Callable[[], int]  # how many peers the evaluation may take, asked when it starts
+    only: Collection[str] | None = None  # evaluate exactly these (replay: the recorded peers)
+
+
+def score_window(
+    ctx: WindowContext, peers: Sequence[PeerWindow], inputs: WindowInputs, stages: Stages
+) -> Scored:
+    """The window's peers checked, evaluated, rated and selected, one `stages` stage each."""
+    with stages("check"):
+        checked, findings, reference = stages.salvage(
+            "check", lambda: _check(ctx, peers, inputs), lambda: _unjudged(peers)
+        )
+    with stages("evaluate"):
+        held, evaluated = stages.salvage(
+            "evaluate",
+            lambda: _evaluate(ctx, checked, reference, inputs),
+            lambda: (NOT_EVALUATED, checked),
+        )
+        seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
+        evaluated = recordable(evaluated, ctx.window)
+    with stages("rate"):
+        ratings, selection = stages.salvage(
+            "rate",
+            lambda: _rate(ctx, evaluated, findings, inputs.ratings),
+            lambda: (RatingState(inputs.ratings.peers, ctx.window), NOTHING_SELECTED),
+        )
+    return Scored(evaluated, findings, reference, ratings, selection, held.loss_before, seconds)
+
+
+def _check(
+    ctx: WindowContext, peers: Sequence[PeerWindow], inputs: WindowInputs
+) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
+    cfg = ctx.cfg
+    checked, findings = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
+    trusted = proven_peers(inputs.ratings, cfg.policy.rating)
+    return checked, findings, clip_reference(checked, cfg.check, trusted)
+
+
+def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
+    """The checks' fallback in a salvaged window: nothing unchecked is evaluated or aggregated. The
+    peers keep their status (the failure is the validator's, so nobody is penalised for it)."""
+    detail = "not judged: the window's checks failed"
+    unjudged = [
+        replace(p, update=None, reason=Reason.INTERNAL_ERROR, detail=detail) if p.valid else p for p in peers
+    ]
+    return unjudged, [], {}
+
+
+def _evaluate(
+    ctx: WindowContext, peers: list[PeerWindow], reference: dict[str, float], inputs: WindowInputs
+) -> tuple[HeldOut, list[PeerWindow]]:
+    setup = EvalSetup(inputs.model, inputs.dataset, ctx.window, ctx.seed, ctx.cfg.eval, inputs.evaluator)
+    held = heldout(setup)
+    sample = Sample(inputs.ratings, inputs.budget, inputs.only)
+    return held, evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
+
+
+def _rate(
+    ctx: WindowContext, peers: list[PeerWindow], findings: list[CopyFinding], before: RatingState
+) -> tuple[RatingState, Selection[str]]:
+    policy = ctx.cfg.policy
+    ratings = rate_window(before, peers, ctx.window, policy)
+    return ratings, select_window(ratings, peers, ctx.window, policy, twins=unclear_pairs(findings))
