@@ -116,6 +116,10 @@ def results(evals: dict[int, PeerEval]) -> dict[int, tuple[Any, ...]]:
     return {uid: astuple(ev)[1:8] for uid, ev in evals.items()}  # timings are wall clock
 
 
+def inside(evals: dict[int, PeerEval]) -> float:
+    return round(sum(ev.timings.total_s for ev in evals.values()) / len(evals), 3)
+
+
 def timed(pool: Any, task: WindowTask, jobs: list[WorkerJob], warm: int) -> tuple[dict[int, PeerEval], float]:
     pool.evaluate(task, jobs[:warm])  # replicas built and synced, first kernels run
     started = time.perf_counter()
@@ -156,6 +160,8 @@ def workers(quick: bool) -> dict[str, Any]:
         "threads_per_worker": 1,
         "peers_per_minute": {"in_process_1_worker": round(ppm_1, 1), "ray_2_workers": round(ppm_2, 1)},
         "speedup_2_workers": round(ppm_2 / ppm_1, 2),
+        # LossScore's own seconds per peer, inside each evaluation: how much the cores were shared
+        "seconds_per_peer_inside": {"in_process": inside(local), "ray_workers": inside(remote)},
         "workers_identical": results(remote) == results(local),
         "worker_kill_recovered": deaths == 1
         and not after_kill.failed
