@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from scoring.ranking import Status
 from scoring.types import Reason
 from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.fetch.peer_fetch import clear_spool, read_stream, spool_path
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
-from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key, publish
+from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
 
 T0 = time.time() - 10
 WINDOW = 4
@@ -60,7 +61,7 @@ def test_a_local_fetch_spools_to_disk(tmp_path: Path) -> None:
     config = _spooling(tmp_path)
     request = FetchRequest("hk1", location, object_key(WINDOW, "hk1"), T0)
     result = asyncio.run(Fetcher(config).fetch(request))
-    assert (result.status, result.data, result.size) == (FetchStatus.OK, None, len(payload))
+    assert (result.status, result.data, result.size) == (Status.OK, None, len(payload))
     assert result.path is not None and result.path.parent == config.spool_dir
     assert result.path.read_bytes() == payload
 
@@ -79,10 +80,10 @@ def test_an_s3_fetch_spools_and_a_failed_one_leaves_nothing(store: FakeS3, tmp_p
     config = _spooling(tmp_path)
     requests = [FetchRequest(h, location, object_key(WINDOW, h), T0) for h in ("good", "slow")]
     results = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=10.0))
-    assert results[0].status == FetchStatus.OK and results[0].data is None
+    assert results[0].status == Status.OK and results[0].data is None
     assert results[0].path is not None and results[0].path.read_bytes() == good
     assert (results[1].status, results[1].reason, results[1].path) == (
-        FetchStatus.MISSING,
+        Status.MISSING,
         Reason.FETCH_FAILED,
         None,
     )

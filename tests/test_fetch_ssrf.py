@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 from obstore.store import S3Store
 
+from scoring.ranking import Status
 from scoring.types import Reason
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.fetch.hostcheck import HostRefused, is_public, numeric_looking, pin_host
 from validator.fetch.peer_fetch import GENERIC, TIMED_OUT
 from validator.fetch.peer_http import HttpLimits, PeerHttp, StoreError
 from validator.stores.commitments import LocationError, LocationPolicy, StorageLocation, parse_location
-from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, object_key, open_store
+from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, open_store
 
 T0 = time.time() - 10
 LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)
@@ -108,10 +109,10 @@ def test_a_name_resolving_to_loopback_is_never_contacted(store: FakeS3) -> None:
     refuses it before a single byte is sent, unless loopback is explicitly allowed (tests)."""
     location = StorageLocation(scheme="http", host="localhost", port=store.port, bucket="bucket")
     assert fetch(location, FetchConfig(retries=0)) == (
-        FetchStatus.MISSING, Reason.BAD_LOCATION, GENERIC[Reason.BAD_LOCATION],
+        Status.MISSING, Reason.BAD_LOCATION, GENERIC[Reason.BAD_LOCATION],
     )  # fmt: skip
     assert store.log == []
-    assert fetch(location)[0] == FetchStatus.OK  # the allow-loopback switch of local subnets
+    assert fetch(location)[0] == Status.OK  # the allow-loopback switch of local subnets
     # the connection went to the checked address, with the name kept as Host (signatures cover it)
     assert {host for _, _, host in store.log} == {f"localhost:{store.port}"}
 
@@ -120,7 +121,7 @@ def test_redirects_are_not_followed(store: FakeS3) -> None:
     with serving(FakeS3(redirect_to=f"http://127.0.0.1:{store.port}")) as bouncer:
         location = StorageLocation(scheme="http", host="127.0.0.1", port=bouncer.port, bucket="bucket")
         status, reason, _ = fetch(location)
-    assert (status, reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
+    assert (status, reason) == (Status.MISSING, Reason.FETCH_FAILED)
     assert bouncer.requests("HEAD") and store.log == []  # the target of the redirect saw nothing
 
 
@@ -130,7 +131,7 @@ def test_failure_details_carry_no_error_text_ports_or_timings() -> None:
         port = s.getsockname()[1]
     location = StorageLocation(scheme="http", host="127.0.0.1", port=port, bucket="bucket")
     status, reason, detail = fetch(location)
-    assert (status, reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
+    assert (status, reason) == (Status.MISSING, Reason.FETCH_FAILED)
     assert detail in (*GENERIC.values(), TIMED_OUT)
     assert not re.search(r"\d", detail)  # a port-scan oracle needs ports or timings
 

@@ -10,12 +10,13 @@ from contextlib import ExitStack, contextmanager
 import pytest
 
 from scoring.data import window_seed
+from scoring.ranking import Status
 from scoring.types import Reason
 from tests.fake_s3 import BlackHole, FakeObject, FakeS3, black_hole, serving
 from validator.fetch.fetching import fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.stores.commitments import StorageLocation
-from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, FetchStatus, fetch_order, object_key
+from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, fetch_order, object_key
 
 T0 = time.time() - 10  # the put window opened ten seconds ago
 WINDOW = 9
@@ -60,8 +61,8 @@ def test_as_many_stalling_stores_as_slots_do_not_starve_the_others(store: FakeS3
         started = time.monotonic()
         results = asyncio.run(Fetcher(FAST).fetch_all(requests, deadline_s=5.0))
         elapsed = time.monotonic() - started
-        assert [(r.status, r.reason) for r in results[:2]] == [(FetchStatus.MISSING, Reason.FETCH_FAILED)] * 2
-        assert all(r.status == FetchStatus.OK and r.data for r in results[2:])
+        assert [(r.status, r.reason) for r in results[:2]] == [(Status.MISSING, Reason.FETCH_FAILED)] * 2
+        assert all(r.status == Status.OK and r.data for r in results[2:])
         assert elapsed < 2.5  # one short HEAD timeout, not the deadline nor timeout × retries
         assert [h.connections for h in stalled] == [1, 1]  # no retry after a timeout
 
@@ -72,11 +73,11 @@ def test_a_trickling_body_is_abandoned_at_the_floor_rate(store: FakeS3) -> None:
     started = time.monotonic()
     results = asyncio.run(Fetcher(FAST).fetch_all([slow, fast], deadline_s=10.0))
     assert (results[0].status, results[0].reason, results[0].data) == (
-        FetchStatus.MISSING,
+        Status.MISSING,
         Reason.FETCH_FAILED,
         None,
     )
-    assert results[1].status == FetchStatus.OK
+    assert results[1].status == Status.OK
     assert time.monotonic() - started < 1.8  # the 0.5 s grace, not the 2 s budget or the deadline
     assert store.requests("GET").count(f"/bucket/{object_key(WINDOW, 'slow')}") == 1
 
@@ -89,7 +90,7 @@ def test_peers_the_deadline_never_reached_are_not_attempted_not_failed() -> None
         requests = [request(f"p{i}", h.port) for i, h in enumerate(stalled)]
         results = asyncio.run(Fetcher(one).fetch_all(requests, deadline_s=1.0))
         assert [r.reason for r in results] == [Reason.FETCH_FAILED] * 2 + [Reason.NOT_ATTEMPTED] * 2
-        assert {r.status for r in results} == {FetchStatus.MISSING}
+        assert {r.status for r in results} == {Status.MISSING}
         assert [h.connections for h in stalled] == [1, 1, 0, 0]
         assert "deadline" not in results[0].detail and "did not reach" in results[3].detail
 
@@ -133,5 +134,5 @@ def test_absent_objects_give_their_connection_back(store: FakeS3) -> None:
     started = time.monotonic()
     results = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=5.0))
     assert [r.reason for r in results[:6]] == [Reason.MISSING] * 6
-    assert [r.status for r in results[6:]] == [FetchStatus.OK] * 2
+    assert [r.status for r in results[6:]] == [Status.OK] * 2
     assert time.monotonic() - started < 1.0

@@ -13,6 +13,7 @@ from typing import Any
 import obstore
 import pytest
 
+from scoring.ranking import Status
 from scoring.types import Reason
 from tests.seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedServer, weed_binary
 from validator.fetch.peer_fetch import read_stream
@@ -21,7 +22,6 @@ from validator.stores.objstore import (
     FetchConfig,
     Fetcher,
     FetchRequest,
-    FetchStatus,
     classify,
     object_key,
     publish,
@@ -56,10 +56,10 @@ def test_object_key() -> None:
 
 
 def test_classify_put_window_edges() -> None:
-    assert classify(T0 - 0.001, T0, CONFIG) == FetchStatus.EARLY
-    assert classify(T0, T0, CONFIG) == FetchStatus.OK
-    assert classify(T0 + 75.0, T0, CONFIG) == FetchStatus.OK
-    assert classify(T0 + 75.001, T0, CONFIG) == FetchStatus.LATE
+    assert classify(T0 - 0.001, T0, CONFIG) == Status.EARLY
+    assert classify(T0, T0, CONFIG) == Status.OK
+    assert classify(T0 + 75.0, T0, CONFIG) == Status.OK
+    assert classify(T0 + 75.001, T0, CONFIG) == Status.LATE
 
 
 @pytest.mark.parametrize(
@@ -73,9 +73,9 @@ def test_config_validation(kwargs: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("mtime", "status", "reason"),
     [
-        (T0 + 10, FetchStatus.OK, None),
-        (T0 - 30, FetchStatus.EARLY, Reason.EARLY),
-        (T0 + 200, FetchStatus.LATE, Reason.LATE),
+        (T0 + 10, Status.OK, None),
+        (T0 - 30, Status.EARLY, Reason.EARLY),
+        (T0 + 200, Status.LATE, Reason.LATE),
     ],
 )
 def test_local_fetch_classifies_by_upload_time(
@@ -86,19 +86,19 @@ def test_local_fetch_classifies_by_upload_time(
     result = run(Fetcher(CONFIG).fetch(request(loc)))
     assert (result.status, result.reason, result.size) == (status, reason, 13)
     assert result.last_modified == pytest.approx(mtime)
-    assert result.data == (b"payload-bytes" if status == FetchStatus.OK else None)
+    assert result.data == (b"payload-bytes" if status == Status.OK else None)
     assert result.etag
 
 
 def test_missing_and_too_large(tmp_path: Path) -> None:
     loc = folder(tmp_path)
     missing = run(Fetcher(CONFIG).fetch(request(loc)))
-    assert (missing.status, missing.reason) == (FetchStatus.MISSING, Reason.MISSING)
+    assert (missing.status, missing.reason) == (Status.MISSING, Reason.MISSING)
     run(publish(loc, object_key(7, "hk1"), b"x" * 101, mtime=T0 + 1))
     small = FetchConfig(max_bytes=100)
     big = run(Fetcher(small).fetch(request(loc)))
     assert (big.status, big.reason, big.size, big.data) == (
-        FetchStatus.TOO_LARGE,
+        Status.INVALID,
         Reason.TOO_LARGE,
         101,
         None,
@@ -124,7 +124,7 @@ def test_get_is_pinned_to_the_etag_seen_by_head(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(obstore, "head_async", head_then_replace)
     result = run(Fetcher(CONFIG).fetch(request(loc)))
     assert calls == 2
-    assert (result.status, result.data) == (FetchStatus.LATE, None)
+    assert (result.status, result.data) == (Status.LATE, None)
 
 
 def _closed_port() -> int:
@@ -136,7 +136,7 @@ def _closed_port() -> int:
 def test_unreachable_store_fails_after_bounded_retries() -> None:
     loc = parse_location(f"http://127.0.0.1:{_closed_port()}/bucket", LocationPolicy.local())
     result = run(Fetcher(CONFIG).fetch(request(loc)))
-    assert (result.status, result.reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
+    assert (result.status, result.reason) == (Status.MISSING, Reason.FETCH_FAILED)
     assert result.detail == "the store could not be read"  # the API shows no error text or timing
 
 
@@ -157,8 +157,8 @@ def test_fetch_all_keeps_the_window_deadline(tmp_path: Path, black_hole: int) ->
     results = run(Fetcher(CONFIG).fetch_all([request(good, "fast"), request(stuck, "slow")], deadline_s=0.5))
     assert time.monotonic() - started < 3.0
     assert [(r.hotkey, r.status, r.reason) for r in results] == [
-        ("fast", FetchStatus.OK, None),
-        ("slow", FetchStatus.MISSING, Reason.FETCH_FAILED),
+        ("fast", Status.OK, None),
+        ("slow", Status.MISSING, Reason.FETCH_FAILED),
     ]
     assert "deadline" in results[1].detail
     assert results[0].first_seen == T0 + 1  # a local folder's clock is the simulation's own
@@ -224,12 +224,12 @@ def test_s3_publish_and_fetch_many_concurrently(seaweed: SeaweedServer) -> None:
     by_key = {r.hotkey: r for r in results}
     for hotkey, data in payloads.items():
         assert (by_key[hotkey].status, by_key[hotkey].data, by_key[hotkey].size) == (
-            FetchStatus.OK,
+            Status.OK,
             data,
             len(data),
         )
         assert by_key[hotkey].etag
-    assert (by_key["absent"].status, by_key["absent"].reason) == (FetchStatus.MISSING, Reason.MISSING)
+    assert (by_key["absent"].status, by_key["absent"].reason) == (Status.MISSING, Reason.MISSING)
 
 
 def test_s3_signed_reads_early_and_late(seaweed: SeaweedServer) -> None:
@@ -238,14 +238,14 @@ def test_s3_signed_reads_early_and_late(seaweed: SeaweedServer) -> None:
     run(publish(signed, key, b"signed"))
     fetcher = Fetcher(CONFIG)
     ok = run(fetcher.fetch(FetchRequest("peer", signed, key, put_start=time.time() - 5)))
-    assert (ok.status, ok.data) == (FetchStatus.OK, b"signed")
+    assert (ok.status, ok.data) == (Status.OK, b"signed")
     early = run(fetcher.fetch(FetchRequest("peer", signed, key, put_start=time.time() + 60)))
     late = run(fetcher.fetch(FetchRequest("peer", signed, key, put_start=time.time() - 1000)))
-    assert (early.status, late.status) == (FetchStatus.EARLY, FetchStatus.LATE)
+    assert (early.status, late.status) == (Status.EARLY, Status.LATE)
 
 
 def test_s3_wrong_credentials_fail_without_retrying(seaweed: SeaweedServer) -> None:
     text = f"http://{ACCESS_KEY}:wrong@127.0.0.1:{seaweed.s3_port}/{BUCKET}?region=us-east-1"
     result = run(Fetcher(CONFIG).fetch(request(parse_location(text, LocationPolicy.local()))))
-    assert (result.status, result.reason) == (FetchStatus.MISSING, Reason.FETCH_FAILED)
+    assert (result.status, result.reason) == (Status.MISSING, Reason.FETCH_FAILED)
     assert result.detail == "the store could not be read"

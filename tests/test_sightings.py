@@ -10,13 +10,14 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from scoring.ranking import Status
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.fetch.fetching import fetch_requests, fetch_window
 from validator.fetch.sightings import Sighting, Sightings
 from validator.round.outcomes import PeerTarget
 from validator.settings import Settings
 from validator.stores.commitments import LocationPolicy, StorageLocation
-from validator.stores.objstore import FetchConfig, Fetcher, FetchStatus, classify, object_key
+from validator.stores.objstore import FetchConfig, Fetcher, classify, object_key
 from validator.wiring import fetch_config
 
 CONFIG = FetchConfig(put_window_s=70.0, grace_s=5.0)
@@ -37,10 +38,10 @@ def test_a_sighting_is_bounded_by_the_previous_answered_poll() -> None:
 
 
 def test_classify_allows_for_the_resolution_of_a_sighting() -> None:
-    assert classify(T0 - 0.1, T0, CONFIG, resolution_s=5.0) == FetchStatus.EARLY  # seen before T0
-    assert classify(T0 + 78.0, T0, CONFIG, resolution_s=4.0) == FetchStatus.OK  # maybe put at T0+74
-    assert classify(T0 + 78.0, T0, CONFIG, resolution_s=2.0) == FetchStatus.LATE  # surely after T0+75
-    assert classify(T0 + 900.0, T0, CONFIG, resolution_s=math.inf) == FetchStatus.OK  # unbounded
+    assert classify(T0 - 0.1, T0, CONFIG, resolution_s=5.0) == Status.EARLY  # seen before T0
+    assert classify(T0 + 78.0, T0, CONFIG, resolution_s=4.0) == Status.OK  # maybe put at T0+74
+    assert classify(T0 + 78.0, T0, CONFIG, resolution_s=2.0) == Status.LATE  # surely after T0+75
+    assert classify(T0 + 900.0, T0, CONFIG, resolution_s=math.inf) == Status.OK  # unbounded
 
 
 @pytest.fixture

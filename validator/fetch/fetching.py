@@ -10,7 +10,7 @@ from scoring.types import Reason
 from validator.chain.protocol import Chain
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.stores.commitments import LocationError, LocationPolicy, parse_location
-from validator.stores.objstore import Fetcher, FetchRequest, FetchResult, FetchStatus, object_key
+from validator.stores.objstore import Fetcher, FetchRequest, FetchResult, object_key
 
 
 def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:
@@ -77,8 +77,6 @@ def fetch_requests(targets: Sequence[PeerTarget], window: int, put_start: float)
 def _peer_window(target: PeerTarget, result: FetchResult | None) -> PeerWindow:
     if result is None:
         return PeerWindow(target, Status.MISSING, target.reason or Reason.MISSING, target.problem)
-    if result.status == FetchStatus.OK:
+    if result.status == Status.OK:
         return PeerWindow(target, Status.OK, None, "", result)
-    if result.status == FetchStatus.TOO_LARGE:
-        return PeerWindow(target, Status.INVALID, Reason.TOO_LARGE, result.detail, result)
-    return PeerWindow(target, Status(result.status), result.reason or result.status, result.detail, result)
+    return PeerWindow(target, result.status, result.reason or result.status, result.detail, result)

@@ -22,6 +22,7 @@ import structlog
 from obstore.exceptions import BaseError, PermissionDeniedError, UnauthenticatedError
 from obstore.store import S3Store
 
+from scoring.ranking import Status
 from scoring.types import Reason
 from validator.fetch.peer_http import Body, ObjectHead, PeerHttp, StoreError
 from validator.fetch.sightings import Sightings
@@ -29,7 +30,6 @@ from validator.fetch.types import (
     FetchConfig,
     FetchRequest,
     FetchResult,
-    FetchStatus,
     classify,
     object_key,
     put_end,
@@ -72,17 +72,17 @@ async def head_step(
     except (StoreError, BaseError, OSError, TimeoutError) as error:
         return _failure(request, error)
     seen = FetchResult(
-        request.hotkey, FetchStatus.OK, size=head.size, etag=head.etag, last_modified=head.last_modified
+        request.hotkey, Status.OK, size=head.size, etag=head.etag, last_modified=head.last_modified
     )
     if head.size > config.max_bytes:
         return _final(
-            seen, FetchStatus.TOO_LARGE, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}"
+            seen, Status.INVALID, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}"
         )
     status, first_seen, resolution = _timing(request, head, config, sightings)
     seen = replace(seen, first_seen=first_seen, seen_resolution_s=resolution)
     if status is None:
-        return _final(seen, FetchStatus.MISSING, Reason.FETCH_FAILED, "the store gave no upload time")
-    if status != FetchStatus.OK:
+        return _final(seen, Status.MISSING, Reason.FETCH_FAILED, "the store gave no upload time")
+    if status != Status.OK:
         return _final(seen, status, status, f"{status}: outside the put window")
     return Headed(request, head, seen)
 
@@ -124,7 +124,7 @@ async def probe(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> st
 
 def _timing(
     request: FetchRequest, head: ObjectHead, config: FetchConfig, sightings: Sightings | None
-) -> tuple[str | None, float | None, float | None]:
+) -> tuple[Status | None, float | None, float | None]:
     """(status, first_seen, resolution); status None when there is no evidence at all."""
     start = request.put_start
     if request.location.is_file and head.last_modified is not None:
@@ -135,7 +135,7 @@ def _timing(
         return classify(seen.first_seen, start, config, seen.resolution_s), seen.first_seen, seen.resolution_s
     answered = sightings.answered_until(request.hotkey) if sightings is not None else None
     if answered is not None and answered > put_end(start, config):
-        return FetchStatus.LATE, None, None  # answered polls after the window closed never saw it
+        return Status.LATE, None, None  # answered polls after the window closed never saw it
     if head.last_modified is None:
         return None, None, None
     return classify(head.last_modified, start, config), None, None  # no observation: the store's clock
@@ -223,10 +223,10 @@ def _failure(request: FetchRequest, error: BaseException) -> FetchResult:
 
 
 def failed(hotkey: str, reason: str, detail: str) -> FetchResult:
-    return FetchResult(hotkey, FetchStatus.MISSING, reason, detail, fetched_at=time.time())
+    return FetchResult(hotkey, Status.MISSING, reason, detail, fetched_at=time.time())
 
 
-def _final(seen: FetchResult, status: str, reason: str, detail: str) -> FetchResult:
+def _final(seen: FetchResult, status: Status, reason: str, detail: str) -> FetchResult:
     return replace(seen, status=status, reason=reason, detail=detail, fetched_at=time.time())
 
 

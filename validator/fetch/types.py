@@ -6,19 +6,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scoring.ranking import Status
 from validator.stores.commitments import StorageLocation
 
 _HOTKEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-class FetchStatus:
-    """Outcome of one fetch (DESIGN.md §3); `invalid` is decided later, by the integrity checks."""
-
-    OK = "ok"
-    MISSING = "missing"
-    EARLY = "early"
-    LATE = "late"
-    TOO_LARGE = "too_large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +74,7 @@ class FetchResult:
     differ by less than their resolutions cannot be ordered."""
 
     hotkey: str
-    status: str
+    status: Status  # ok, missing, early or late; invalid only for a file over the size limit
     reason: str | None = None
     detail: str = ""  # generic: shown by the API; the store's own error text goes to logs only
     data: bytes | None = field(default=None, repr=False)
@@ -103,14 +94,14 @@ def object_key(window: int, hotkey: str) -> str:
     return f"gauntlet/1/{window}/{hotkey}.safetensors"
 
 
-def classify(seen: float, put_start: float, config: FetchConfig, resolution_s: float = 0.0) -> str:
+def classify(seen: float, put_start: float, config: FetchConfig, resolution_s: float = 0.0) -> Status:
     """`early` when it was there before T0; `late` when it was surely not there by T0 + put_window_s
     + grace_s (the upload happened in `(seen - resolution_s, seen]`); else `ok`."""
     if seen < put_start:
-        return FetchStatus.EARLY
+        return Status.EARLY
     if seen - resolution_s > put_end(put_start, config):  # an unbounded resolution is never late
-        return FetchStatus.LATE
-    return FetchStatus.OK
+        return Status.LATE
+    return Status.OK
 
 
 def put_end(put_start: float, config: FetchConfig) -> float:

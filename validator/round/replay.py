@@ -59,7 +59,7 @@ def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
     data = ledger.archive.get(sub.content_digest)
     ts = sub.storage_time.timestamp() if sub.storage_time else None
     fetch = FetchResult(
-        sub.hotkey, "ok", data=data, size=len(data), etag=sub.etag, last_modified=ts,
+        sub.hotkey, Status.OK, data=data, size=len(data), etag=sub.etag, last_modified=ts,
         first_seen=sub.first_seen, seen_resolution_s=sub.seen_resolution_s,
     )  # fmt: skip
     return PeerWindow(target, Status.OK, None, "", fetch)

@@ -32,7 +32,6 @@ from validator.fetch.types import (
     FetchConfig,
     FetchRequest,
     FetchResult,
-    FetchStatus,
     classify,
     object_key,
     put_end,
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 __all__ = [
-    "FetchConfig", "FetchRequest", "FetchResult", "FetchStatus", "Fetcher", "classify", "fetch_order",
+    "FetchConfig", "FetchRequest", "FetchResult", "Fetcher", "classify", "fetch_order",
     "object_key", "open_store", "publish",
 ]  # fmt: skip
 
