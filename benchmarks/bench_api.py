@@ -25,14 +25,12 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from storage.db import make_engine, session_scope
+from storage.migrate import upgrade
+from storage.records import RatingRecord, SelectionRecord, SubmissionRecord, WindowRecord
+from storage.writer import commit_window
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from storage.db import make_engine, session_scope  # noqa: E402
-from storage.migrate import upgrade  # noqa: E402
-from storage.records import RatingRecord, SelectionRecord, SubmissionRecord, WindowRecord  # noqa: E402
-from storage.writer import commit_window  # noqa: E402
-
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 FULL_WINDOWS = 3  # the newest windows are committed through the real writer, with every child row
 

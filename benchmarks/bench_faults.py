@@ -1,7 +1,10 @@
 """Faults at scale: `gauntlet run` SIGKILLed and restarted across a localnet run, one window of
 mostly hostile peers, then windows with poisoned submissions.
 
-    .venv/bin/python benchmarks/bench_faults.py [--quick] [--sqlite]
+    .venv/bin/python -m benchmarks.bench_faults [--quick] [--sqlite] [--reference DATABASE_URL]
+
+Run as a module from the repository root: the fault harness it drives (the `gauntlet run` child
+and its kills, the hostile and poisoned peers) is the test suite's, imported as the `tests` package.
 
 The kill run compares every committed window with an uninterrupted in-process run of the same
 scenario and counts lost windows and duplicated (hotkey, window) rows; the hostile window reports
@@ -15,22 +18,22 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ["HOME"] = tempfile.mkdtemp(prefix="gauntlet-bench-home-")  # bittensor writes under ~
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import torch  # noqa: E402
+import torch
 
-from storage.db import make_engine  # noqa: E402
-from tests.fault_fixtures import (  # noqa: E402
+from storage.db import make_engine, session_scope
+from storage.queries import window_detail
+from storage.records import WindowRecord
+from tests.fault_fixtures import (
     child_env,
+    comparable,
     duplicate_rows,
     gauntlet_env,
     make_runner,
@@ -38,9 +41,9 @@ from tests.fault_fixtures import (  # noqa: E402
     run_windows,
     window_states,
 )
-from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, peak_rss_mb, rss_sampled  # noqa: E402
-from tests.kill_fixtures import run_with_kills  # noqa: E402
-from tests.poison_fixtures import (  # noqa: E402
+from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, peak_rss_mb, rss_sampled
+from tests.kill_fixtures import run_with_kills
+from tests.poison_fixtures import (
     overflow_header_file,
     raising_decoder,
     raising_evaluator,
@@ -48,18 +51,41 @@ from tests.poison_fixtures import (  # noqa: E402
     register,
     upload,
 )
-from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database  # noqa: E402
-from tests.test_round_restart import comparable  # noqa: E402
-from validator.logs import configure_logging  # noqa: E402
-from validator.round.loop import Judging, Round, WindowState  # noqa: E402
-from validator.service import Retry, serve  # noqa: E402
+from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
+from validator.logs import configure_logging
+from validator.round.loop import Judging, Round, WindowState
+from validator.service import Retry, serve
 
 
-def kill_run(root: Path, windows: int, kills: int, seed: int, postgres: bool) -> dict[str, object]:
+def reference_windows(root: Path, span: range, url: str | None) -> list[WindowRecord]:
+    """The committed windows of an uninterrupted in-process run of the scenario: read from the
+    database at `url` when one was made elsewhere (the test suite passes its shared reference run),
+    else run here."""
+    if url is None:
+        with gauntlet_env():
+            reference = make_runner(root / "reference")
+        try:
+            run_windows(reference, span)
+            return records(reference, span)
+        finally:
+            reference.round.ledger.engine.dispose()
+    engine = make_engine(url)
+    try:
+        with session_scope(engine) as session:
+            found = [window_detail(session=session, window=w) for w in span]
+    finally:
+        engine.dispose()
+    missing = [w for w, r in zip(span, found, strict=True) if r is None]
+    if missing:
+        raise SystemExit(f"the reference at {url} has not committed windows {missing}")
+    return [r for r in found if r is not None]
+
+
+def kill_run(
+    root: Path, windows: int, kills: int, seed: int, postgres: bool, reference_url: str | None
+) -> dict[str, object]:
     span = range(1, windows + 1)
-    with gauntlet_env():
-        reference = make_runner(root / "reference")
-        run_windows(reference, span)
+    reference = reference_windows(root, span, reference_url)
     name = create_pg_database() if postgres else None
     url = PG_URL.format(name=name) if name else f"sqlite:///{root / 'killed' / 'gauntlet.db'}"
     try:
@@ -72,10 +98,9 @@ def kill_run(root: Path, windows: int, kills: int, seed: int, postgres: bool) ->
         engine.dispose()
         committed = [w for w in span if states.get(w) == "committed"]
         got = [comparable(r) for r in records(runner, range(1, len(committed) + 1))]
-        want = [comparable(r) for r in records(reference, range(1, len(committed) + 1))]
+        want = [comparable(r) for r in reference[: len(committed)]]
         runner.round.ledger.engine.dispose()
     finally:
-        reference.round.ledger.engine.dispose()
         if name:
             drop_pg_database(name)
     for k in report.kills:
@@ -188,6 +213,10 @@ def main() -> None:
     )
     parser.add_argument("--sqlite", action="store_true", help="SQLite instead of the local Postgres")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--reference", metavar="DATABASE_URL",
+        help="compare the kill run with this uninterrupted run of the same scenario instead of running one",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     configure_logging(quiet=True, json_lines=False)  # the poisoned windows log their tracebacks (stderr)
@@ -195,7 +224,7 @@ def main() -> None:
     mix = HostileMix(64, 50) if args.quick else HostileMix(256, 200)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-faults-") as tmp:
-        out = kill_run(Path(tmp), windows, kills, args.seed, postgres=not args.sqlite)
+        out = kill_run(Path(tmp), windows, kills, args.seed, not args.sqlite, args.reference)
         out |= hostile_window(Path(tmp), mix)
         out |= poisoned_windows(Path(tmp), 1 if args.quick else 4)
     out["seconds"] = round(time.perf_counter() - started, 2)

@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 os.environ["HOME"] = tempfile.mkdtemp(prefix="gauntlet-bench-home-")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 for _key in [k for k in os.environ if k.startswith("GAUNTLET_")]:

@@ -1,6 +1,6 @@
 """Benchmark: uniqueness over many peers and aggregation of the selected ones on a ≥100M model.
 
-    .venv/bin/python benchmarks/bench_policy.py [--quick]
+    .venv/bin/python -m benchmarks.bench_policy [--quick]
 
 Synthetic peers keep one random index per 64-wide stratum of every chunk (sorted, 1/64 density like
 top-64-of-4096); three copiers are planted at overlaps 0.45 / 0.55 / 0.7 and must all be found.
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,8 +21,6 @@ from scoring.aggregation import aggregate_into
 from scoring.clipping import median_norms
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyTier, PeerPayload, exact_overlap, find_copies, offences
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: find tests/
 from tests.uniqueness_fixtures import copy_of
 
 Update = dict[str, SparseParam]

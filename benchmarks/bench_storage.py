@@ -12,19 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from storage.db import make_engine, run_in_transaction, session_scope
 from storage.migrate import upgrade

@@ -29,3 +29,17 @@ def full_scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     clear_gauntlet_env()
     yield run_scenario(tmp_path_factory.mktemp("e2e") / "demo")
+
+
+@pytest.fixture(scope="session")
+def fault_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The small scenario (fault_fixtures.SCENARIO) run uninterrupted on SQLite, once per session:
+    the crash-restart, kill-restart and Postgres-outage tests each compare their committed windows
+    with it instead of running their own."""
+    from tests.fault_fixtures import REFERENCE_WINDOWS, gauntlet_env, make_runner, run_windows
+
+    with gauntlet_env():
+        runner = make_runner(tmp_path_factory.mktemp("reference") / "demo")
+        run_windows(runner, REFERENCE_WINDOWS)
+    yield runner
+    runner.round.ledger.engine.dispose()

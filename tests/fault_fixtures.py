@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from validator.events import EVENTS_CHANNEL
 
 SCENARIO = "honest:3,lazy:1,malformed:1"
 FIRST = 1
+# The windows of the session's reference run (conftest.fault_reference), which the restart and fault
+# tests compare with: four, so three crash points and a kill plan fit after the first window.
+REFERENCE_WINDOWS = range(FIRST, FIRST + 4)
 REDIS_URL = "redis://127.0.0.1:6379/0"
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,10 +49,12 @@ def gauntlet_env(**values: str) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def make_runner(workdir: Path, scenario: str = SCENARIO) -> DemoRunner:
+def make_runner(
+    workdir: Path, scenario: str = SCENARIO, hook: Callable[[str, int], None] | None = None
+) -> DemoRunner:
     """The demo's localnet at test size (H = 5); `gauntlet run` on its chain scores the same way."""
     cfg = DemoConfig(parse_peers(scenario), workdir=workdir, inner_steps=5, corpus_tokens=300_000)
-    return DemoRunner(cfg)
+    return DemoRunner(cfg, hook=hook)
 
 
 def reconnect(runner: DemoRunner) -> None:
@@ -71,6 +77,20 @@ def records(runner: DemoRunner, windows: range) -> list[WindowRecord]:
             raise LookupError(f"window {w} is not committed")
         out.append(record)
     return out
+
+
+def comparable(record: WindowRecord) -> WindowRecord:
+    """What must be identical across runs: everything but wall-clock facts and signatures (sr25519
+    signatures are randomized, so file bytes, etags and content digests differ). The config digest
+    leaves out paths, so runs in different folders must still agree on it."""
+    return replace(
+        record,
+        timings={},
+        submissions=[
+            replace(s, content_digest=None, etag=None, fetched_time=None) for s in record.submissions
+        ],
+        evaluations=[replace(e, timings={}) for e in record.evaluations],
+    )
 
 
 def duplicate_rows(engine: Engine) -> int:

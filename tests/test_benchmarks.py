@@ -1,4 +1,5 @@
-"""Every benchmark still runs: a --quick pass of each ends with one JSON line of figures.
+"""Every benchmark still runs: a --quick pass of each, as a module from the repository root (as
+their usage lines show), ends with one JSON line of figures.
 
 The figures themselves are measured by running the scripts without --quick (see the README)."""
 
@@ -13,16 +14,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py"))
+
+
+def shared_reference(script: str, request: pytest.FixtureRequest) -> list[str]:
+    """bench_faults compares its kill run with the session's reference run (conftest.fault_reference,
+    the same scenario) instead of running one of its own."""
+    if script != "bench_faults":
+        return []
+    return ["--reference", request.getfixturevalue("fault_reference").settings.database_url]
 
 
 @pytest.mark.parametrize("script", BENCHMARKS)
-def test_benchmark_quick_run_prints_a_json_line(script: str, tmp_path: Path) -> None:
+def test_benchmark_quick_run_prints_a_json_line(
+    script: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | {"HOME": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, f"benchmarks/{script}", "--quick"],
+        [sys.executable, "-m", f"benchmarks.{script}", "--quick", *shared_reference(script, request)],
         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert isinstance(figures, dict) and figures
+    if script == "bench_faults":  # its figures are verdicts: nothing lost, counted twice or misjudged
+        assert figures["lost_windows"] == 0 and figures["duplicates"] == 0, figures
+        assert figures["windows_equal_to_reference"] == figures["windows_committed"] == 2, figures
+        assert figures["hostile_wrong_verdicts"] == 0, figures
+        assert figures["poisoned_windows_committed"] == figures["poisoned_windows_run"], figures

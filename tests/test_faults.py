@@ -20,8 +20,10 @@ from tests.api_fixtures import run_server
 from tests.fault_fixtures import (
     FIRST,
     REDIS_URL,
+    REFERENCE_WINDOWS,
     child_env,
     closed_port,
+    comparable,
     duplicate_rows,
     ensure_postgres,
     ensure_redis,
@@ -40,24 +42,13 @@ from tests.fault_fixtures import (
 from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, rss_sampled
 from tests.kill_fixtures import run_with_kills
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
-from tests.test_round_restart import comparable
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.chain.protocol import Chain, Neuron, WeightOutcome
 from validator.demo.runner import DemoRunner
 from validator.settings import Settings
 from validator.wiring import chain_for
 
-WINDOWS = range(FIRST, FIRST + 4)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRunner]:
-    """The uninterrupted in-process run of the scenario (SQLite), as `gauntlet run` would score it."""
-    with gauntlet_env():
-        runner = make_runner(tmp_path_factory.mktemp("faults-ref") / "demo")
-        run_windows(runner, WINDOWS)
-    yield runner
-    runner.round.ledger.engine.dispose()
+WINDOWS = REFERENCE_WINDOWS
 
 
 @pytest.fixture
@@ -80,7 +71,7 @@ def pg_runner(pg_url: str, tmp_path: Path) -> Iterator[DemoRunner]:
 
 
 def test_gauntlet_run_killed_and_restarted(
-    reference: DemoRunner, pg_runner: DemoRunner, pg_url: str, tmp_path: Path
+    fault_reference: DemoRunner, pg_runner: DemoRunner, pg_url: str, tmp_path: Path
 ) -> None:
     runner = pg_runner
     env = child_env(runner.cfg.workdir, tmp_path / "home", {"GAUNTLET_DATABASE_URL": pg_url})
@@ -93,12 +84,12 @@ def test_gauntlet_run_killed_and_restarted(
     finally:
         engine.dispose()
     got = [comparable(r) for r in records(runner, WINDOWS)]
-    want = [comparable(r) for r in records(reference, WINDOWS)]
+    want = [comparable(r) for r in records(fault_reference, WINDOWS)]
     for a, b in zip(got, want, strict=True):
         assert a == b, (a.window, report.kills)
 
 
-def test_postgres_restarted_during_commit(reference: DemoRunner, pg_runner: DemoRunner) -> None:
+def test_postgres_restarted_during_commit(fault_reference: DemoRunner, pg_runner: DemoRunner) -> None:
     outage = FIRST + 1
     restarts: list[threading.Timer] = []
     marks: dict[str, float] = {}
@@ -125,7 +116,7 @@ def test_postgres_restarted_during_commit(reference: DemoRunner, pg_runner: Demo
     assert window_states(runner.round.ledger.engine) == dict.fromkeys(windows, "committed")
     assert duplicate_rows(runner.round.ledger.engine) == 0
     got = [comparable(r) for r in records(runner, windows)]
-    assert got == [comparable(r) for r in records(reference, windows)]
+    assert got == [comparable(r) for r in records(fault_reference, windows)]
 
 
 @pytest.fixture
