@@ -10,7 +10,7 @@ from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
 from scoring.selection import Candidate, SelectionConfig, select_aggregation
 from scoring.types import SparseUpdate, SubmissionMeta
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.round.policy import PolicyConfig, select_window
+from validator.round.rating import RankingConfig, select_window
 
 NO_TIME = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
 # three evaluations, all +1, each with a clear own-data margin: proven under the default RatingConfig
@@ -48,7 +48,7 @@ def test_select_window_reads_bans_streaks_and_proof_from_the_ratings() -> None:
         4,
     )
     peers = [peer(h, u) for u, h in enumerate("abcde")] + [peer("f", 5, status="invalid"), peer("g", 6)]
-    cfg = PolicyConfig(RatingConfig(), SelectionConfig(gather_peers=1, reserve_peers=1))
+    cfg = RankingConfig(RatingConfig(), SelectionConfig(gather_peers=1, reserve_peers=1))
     sel = select_window(state, peers, 5, cfg)
     # b banned, c on a losing streak, e unproven, f invalid, g unrated: a and d remain, by final score
     assert (sel.gather, sel.reserve) == (("a",), ("d",))
@@ -60,13 +60,13 @@ def test_select_window_reads_bans_streaks_and_proof_from_the_ratings() -> None:
 def test_select_window_takes_the_gain_from_the_evaluation() -> None:
     state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate("abc")}, 4)
     peers = [peer("a", 0, gain=0.01), peer("b", 1, gain=None), peer("c", 2, gain=-0.01)]
-    assert select_window(state, peers, 5, PolicyConfig()).gather == ("a",)  # unevaluated, harmful: out
+    assert select_window(state, peers, 5, RankingConfig()).gather == ("a",)  # unevaluated, harmful: out
 
 
 def test_select_window_aggregates_one_of_twins() -> None:
     state = RatingState({"a": rating("a", 0, 1.0), "b": rating("b", 1, 2.0)}, 4)
     peers = [peer("a", 0), peer("b", 1)]
-    assert select_window(state, peers, 5, PolicyConfig(), twins=[("a", "b")]).gather == ("b",)
+    assert select_window(state, peers, 5, RankingConfig(), twins=[("a", "b")]).gather == ("b",)
 
 
 def test_config_validation() -> None:

@@ -30,8 +30,8 @@ from validator.round.checking import CheckConfig
 from validator.round.config import RoundConfig
 from validator.round.evaluation import EvalConfig
 from validator.round.loop import Round, WindowState
-from validator.round.policy import PolicyConfig
 from validator.round.publishing import SelectionPublisher
+from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
 from validator.state.ledger import Ledger
@@ -71,7 +71,7 @@ def round_config(s: Settings) -> RoundConfig:
             heldout_pages=s.heldout_pages, batch_size=s.batch_size, budget=s.eval_budget,
             loss=LossScoreConfig(eval_lr_factor=s.eval_lr_factor, outer_lr=s.outer_lr),
         ),
-        policy=PolicyConfig(
+        ranking=RankingConfig(
             rating=RatingConfig(bma_warmup=s.bma_warmup, bma_threshold=s.bma_threshold),
             selection=SelectionConfig(gather_peers=s.gather_peers, reserve_peers=s.reserve_peers),
         ),

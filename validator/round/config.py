@@ -9,14 +9,14 @@ from pydantic import SecretBytes
 from validator.chain.protocol import WindowConfig
 from validator.round.checking import CheckConfig
 from validator.round.evaluation import EvalConfig
-from validator.round.policy import PolicyConfig
+from validator.round.rating import RankingConfig
 
 
 @dataclass(frozen=True, slots=True)
 class RoundConfig:
     check: CheckConfig
     eval: EvalConfig
-    policy: PolicyConfig
+    ranking: RankingConfig
     window: WindowConfig
     secret: SecretBytes  # masked in every repr, log and traceback; unwrapped only by `window_seed`
     outer_lr: float = 0.4

@@ -119,7 +119,7 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
     digests = [u.digest for u in chosen]
     with stages("commit"):
         header = _header(ctx, stages.seconds, salvaged=stages.salvaged)
-        record = window_record(header, scored, digests, rnd.cfg.policy.rating)
+        record = window_record(header, scored, digests, rnd.cfg.ranking.rating)
         rnd.ledger.commit(record)
     with stages("aggregate"):
         gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr)

@@ -28,7 +28,7 @@ from validator.round.evaluation import (
     heldout,
 )
 from validator.round.outcomes import PeerWindow, Scored
-from validator.round.policy import rate_window, select_window
+from validator.round.rating import rate_window, select_window
 from validator.round.recording import recordable
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
@@ -91,7 +91,7 @@ def _check(
 ) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
     cfg = ctx.cfg
     checked, findings = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
-    trusted = proven_peers(inputs.ratings, cfg.policy.rating)
+    trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
     return checked, findings, clip_reference(checked, cfg.check, trusted)
 
 
@@ -117,6 +117,6 @@ def _evaluate(
 def _rate(
     ctx: WindowContext, peers: list[PeerWindow], findings: list[CopyFinding], before: RatingState
 ) -> tuple[RatingState, Selection[str]]:
-    policy = ctx.cfg.policy
-    ratings = rate_window(before, peers, ctx.window, policy)
-    return ratings, select_window(ratings, peers, ctx.window, policy, twins=unclear_pairs(findings))
+    ranking = ctx.cfg.ranking
+    ratings = rate_window(before, peers, ctx.window, ranking)
+    return ratings, select_window(ratings, peers, ctx.window, ranking, twins=unclear_pairs(findings))

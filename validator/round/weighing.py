@@ -17,7 +17,7 @@ from storage.records import WeightSetRecord
 from validator.chain.protocol import Chain, WeightOutcome
 from validator.events import LeaderLock
 from validator.metrics import Metrics
-from validator.round.policy import weights_for
+from validator.round.rating import weights_for
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,6 @@
-"""Ratings from the window's outcomes, the aggregation set, and chain weights from the ratings."""
+"""Ratings from the window's outcomes, the aggregation set, and chain weights from the ratings.
+
+(The weight *policy* is `scoring.weights.WeightPolicy`; this module's rules are the ranking's.)"""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from validator.round.outcomes import PeerWindow
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyConfig:
+class RankingConfig:
+    """How peers are rated and which of them are aggregated."""
+
     rating: RatingConfig = RatingConfig()
     selection: SelectionConfig = SelectionConfig()
 
@@ -53,7 +57,7 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
 
 
 def rate_window(
-    state: RatingState, peers: Sequence[PeerWindow], window: int, cfg: PolicyConfig
+    state: RatingState, peers: Sequence[PeerWindow], window: int, cfg: RankingConfig
 ) -> RatingState:
     return update_ratings(state, window, outcomes_of(peers), cfg.rating)
 
@@ -62,7 +66,7 @@ def select_window(
     state: RatingState,
     peers: Sequence[PeerWindow],
     window: int,
-    cfg: PolicyConfig,
+    cfg: RankingConfig,
     twins: Sequence[tuple[str, str]] = (),
 ) -> Selection[str]:
     """Every peer that proved its training and contributes, ordered by final score
