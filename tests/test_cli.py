@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli_fixtures import call
+from tests.cli_fixtures import DEMO_ARGS, DemoRun, call, gauntlet
 from tests.codec_fixtures import SPEC, make_file
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 
@@ -74,39 +70,32 @@ def test_sample_encodes_and_inspects(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0 and lines[-1]["ok"] is True and lines[-1]["ratio_vs_fp32"] > 100
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
-    """The demo's own SQLite file, or a throwaway Postgres database via GAUNTLET_DATABASE_URL."""
-    if request.param == "sqlite":
-        yield {}
-        return
-    name = create_pg_database()
-    try:
-        yield {"GAUNTLET_DATABASE_URL": PG_URL.format(name=name)}
-    finally:
-        drop_pg_database(name)
-
-
-def test_the_readme_demo_command_ends_with_its_json_summary(
-    tmp_path: Path, database_env: dict[str, str]
-) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | database_env
-    result = subprocess.run(
-        [str(Path(sys.executable).parent / "gauntlet"), "demo", "--no-api", "--json", "--windows", "2",
-         "--peers", "honest:2,malformed:1", "--inner-steps", "3", "--workdir", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+def check_readme_demo(run: DemoRun, **env: str) -> None:
+    """The demo's closing JSON summary, then `gauntlet replay` of its last window: identical."""
+    assert run.result.returncode == 0, run.result.stderr[-2000:]
+    summary = json.loads(run.result.stdout.strip().splitlines()[-1])
     assert [w["window"] for w in summary["windows"]] == [1, 2]
     assert {p["behaviour"] for p in summary["peers"]} == {"honest", "malformed"}
     statuses = summary["windows"][-1]["statuses"]
     assert sorted(statuses.values()) == ["invalid", "ok", "ok"]
-    assert "held-out loss" in result.stderr
-    replay = subprocess.run(
-        [str(Path(sys.executable).parent / "gauntlet"), "replay", "2", "--json"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False,
-        env=env | {"GAUNTLET_CONFIG": str(tmp_path / "demo" / "gauntlet.toml")},
-    )  # fmt: skip
+    assert "held-out loss" in run.result.stderr
+    config = str(run.workdir / "gauntlet.toml")
+    replay = gauntlet(["replay", "2", "--json"], run.workdir.parent, GAUNTLET_CONFIG=config, **env)
     assert replay.returncode == 0, replay.stderr[-2000:] + replay.stdout[-2000:]
     assert json.loads(replay.stdout)["identical"] is True
+
+
+def test_the_readme_demo_command_ends_with_its_json_summary(readme_demo: DemoRun) -> None:
+    """On the demo's own SQLite file: the session's run of the README command."""
+    check_readme_demo(readme_demo)
+
+
+def test_the_readme_demo_command_on_postgres(tmp_path: Path) -> None:
+    """The same command with a throwaway Postgres database via GAUNTLET_DATABASE_URL."""
+    name = create_pg_database()
+    try:
+        env = {"GAUNTLET_DATABASE_URL": PG_URL.format(name=name)}
+        result = gauntlet(["demo", "--windows", "2", *DEMO_ARGS, "--workdir", "demo"], tmp_path, **env)
+        check_readme_demo(DemoRun(tmp_path / "demo", result), **env)
+    finally:
+        drop_pg_database(name)

@@ -8,7 +8,6 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,35 +15,14 @@ from pathlib import Path
 import pytest
 
 from tests.api_fixtures import free_port
-from tests.cli_fixtures import assert_one_line, call
-
-GAUNTLET = str(Path(sys.executable).parent / "gauntlet")
-PEERS = ["--peers", "honest:2", "--inner-steps", "2", "--no-api", "--json"]
+from tests.cli_fixtures import DEMO_ARGS, GAUNTLET, DemoRun, assert_one_line, call, gauntlet
 
 
-def clean() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")}
-
-
-def gauntlet(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GAUNTLET, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=clean() | env,
-        check=False,
-    )
-
-
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One committed window, run with a *relative* --workdir, as the README shows it."""
-    base = tmp_path_factory.mktemp("demo")
-    result = gauntlet(["demo", "--windows", "1", "--workdir", "run", *PEERS], base)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return base / "run"
+@pytest.fixture
+def demo_dir(readme_demo: DemoRun) -> Path:
+    """The session's run of the README's demo command (two committed windows, a relative --workdir).
+    Tests that run commands in it work on a copy."""
+    return readme_demo.workdir
 
 
 def test_replay_from_another_folder(
@@ -70,12 +48,12 @@ def test_the_demo_writes_its_shapes_for_inspect(demo_dir: Path, capsys: pytest.C
 def test_rerun_says_it_resumes_and_fresh_starts_over(demo_dir: Path, tmp_path: Path) -> None:
     work = tmp_path / "copy"
     shutil.copytree(demo_dir, work)
-    resumed = gauntlet(["demo", "--windows", "1", "--workdir", str(work), *PEERS], tmp_path)
+    resumed = gauntlet(["demo", "--windows", "1", "--workdir", str(work), *DEMO_ARGS], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resuming" in resumed.stderr and "window 1 (resumed)" in resumed.stderr
+    assert "resuming" in resumed.stderr and "window 2 (resumed)" in resumed.stderr
     assert "window 0 (initial)" not in resumed.stderr
-    assert [w["window"] for w in json.loads(resumed.stdout.splitlines()[-1])["windows"]] == [2]
-    fresh = gauntlet(["demo", "--windows", "1", "--workdir", str(work), "--fresh", *PEERS], tmp_path)
+    assert [w["window"] for w in json.loads(resumed.stdout.splitlines()[-1])["windows"]] == [3]
+    fresh = gauntlet(["demo", "--windows", "1", "--workdir", str(work), "--fresh", *DEMO_ARGS], tmp_path)
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert "window 0 (initial)" in fresh.stderr and "resuming" not in fresh.stderr
     assert [w["window"] for w in json.loads(fresh.stdout.splitlines()[-1])["windows"]] == [1]
@@ -106,7 +84,7 @@ def test_run_without_checkpoints_is_one_line(
     if lost == "files":
         assert_one_line(result, 1, "checkpoint checkpoints/", "is missing from", str(work / "blobs"))
     else:
-        assert_one_line(result, 1, "no checkpoint at or before window 2", str(work))
+        assert_one_line(result, 1, "no checkpoint at or before window 3", str(work))
 
 
 def test_run_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
@@ -128,7 +106,8 @@ def test_run_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
 
 def test_api_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
     port = free_port()
-    env = clean() | {"GAUNTLET_CONFIG": str(demo_dir / "gauntlet.toml"), "GAUNTLET_REDIS_URL": ""}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")}
+    env = clean | {"GAUNTLET_CONFIG": str(demo_dir / "gauntlet.toml"), "GAUNTLET_REDIS_URL": ""}
     proc = subprocess.Popen(
         [GAUNTLET, "api", "--port", str(port)], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
     )
@@ -139,7 +118,7 @@ def test_api_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
         while time.monotonic() < deadline and '"startup"' not in line:
             line = proc.stderr.readline()
         start = json.loads(line)
-        assert start["command"] == "api" and start["port"] == port and start["window"] == 1
+        assert start["command"] == "api" and start["port"] == port and start["window"] == 2
         assert len(start["model"]) == 64
     finally:
         proc.terminate()
