@@ -95,9 +95,12 @@ def serve(
             if salvage:
                 rnd.metrics.salvaged.inc()
             log.info(
-                "window_committed", window=window, selected=len(report.selection.gather), salvaged=salvage,
+                "window_committed",
+                window=window,
+                selected=len(report.selection.gather),
+                salvaged=salvage,
                 **report.timings,
-            )  # fmt: skip
+            )
     finally:
         rnd.weigher.lock.release()
     return committed

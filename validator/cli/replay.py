@@ -22,13 +22,13 @@ def _fmt(v: Any) -> str:
 
 def _table(rows: list[ReplayRow], tolerance: float) -> list[str]:
     lines = [f"{'uid':>4} {'hotkey':<12} " + " ".join(f"{f:>22}" for f in FIELDS)]
-    for r in rows:
-        diff = set(r.differences(tolerance))
+    for row in rows:
+        diff = set(row.differences(tolerance))
         cells = []
         for f in FIELDS:
-            a, b = _fmt(r.stored.get(f)), _fmt(r.recomputed.get(f))
+            a, b = _fmt(row.stored.get(f)), _fmt(row.recomputed.get(f))
             cells.append(f"{(a + ' ≠ ' + b) if f in diff else a:>22}")
-        lines.append(f"{r.uid:>4} {r.hotkey[:12]:<12} " + " ".join(cells))
+        lines.append(f"{row.uid:>4} {row.hotkey[:12]:<12} " + " ".join(cells))
     return lines
 
 
@@ -44,17 +44,28 @@ def replay(
     check_model_path(s)
     try:
         rows = replay_window(
-            window, ledger=open_ledger(s, migrate_to_head=False), model=load_model(s, dataset),
-            dataset=dataset, cfg=round_config(s),
-        )  # fmt: skip
+            window,
+            ledger=open_ledger(s, migrate_to_head=False),
+            model=load_model(s, dataset),
+            dataset=dataset,
+            cfg=round_config(s),
+        )
     except SQLAlchemyError as e:
         fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
     except (LookupError, ValueError) as e:  # not committed, not at head, or a base that does not rebuild
         fail(str(e))
-    differing = [r for r in rows if r.differences(tolerance)]
+    differing = [row for row in rows if row.differences(tolerance)]
     if as_json:
-        out = [{"hotkey": r.hotkey, "uid": r.uid, "stored": r.stored, "recomputed": r.recomputed,
-                "differs": r.differences(tolerance)} for r in rows]  # fmt: skip
+        out = [
+            {
+                "hotkey": row.hotkey,
+                "uid": row.uid,
+                "stored": row.stored,
+                "recomputed": row.recomputed,
+                "differs": row.differences(tolerance),
+            }
+            for row in rows
+        ]
         typer.echo(json.dumps({"window": window, "identical": not differing, "peers": out}))
     else:
         typer.echo("\n".join(_table(rows, tolerance)))

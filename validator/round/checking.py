@@ -149,7 +149,7 @@ def clip_reference(
 
 def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:
     """Hotkeys that have proven, before this window, that they train on their own data."""
-    return frozenset(h for h, r in state.peers.items() if proven(r, cfg))
+    return frozenset(hotkey for hotkey, rating in state.peers.items() if proven(rating, cfg))
 
 
 def total_norm(p: PeerWindow) -> float:

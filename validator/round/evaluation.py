@@ -128,8 +128,12 @@ def evaluate_window(
     valid = {p.hotkey: p for p in peers if p.valid}
     if sample.only is None:
         ratings = sample.ratings.peers
-        ordinals = {h: r.ordinal for h, r in ratings.items()}
-        last = {h: r.last_evaluated for h, r in ratings.items() if r.last_evaluated is not None}
+        ordinals = {hotkey: rating.ordinal for hotkey, rating in ratings.items()}
+        last = {
+            hotkey: rating.last_evaluated
+            for hotkey, rating in ratings.items()
+            if rating.last_evaluated is not None
+        }
         budget, window, seed = sample.budget(), setup.window, setup.seed.number
         sampling = setup.cfg.sampling
         chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, sampling)
@@ -149,7 +153,7 @@ def evaluate_window(
         loss_before=held.loss_before,
     )
     results, failed = _isolated(run, jobs)
-    by_uid = {r.uid: r for r in results}
+    by_uid = {result.uid: result for result in results}
     picked = set(chosen)
     out = []
     for p in peers:

@@ -42,9 +42,13 @@ def selection_document(
         return {"uid": p.uid, "hotkey": hotkey, "digest": p.update.digest if p.update else None}
 
     return {
-        "format": FORMAT, "window": window, "base": base, "next_base": next_base,
-        "gather": [entry(h) for h in gather], "reserve": [entry(h) for h in reserve],
-    }  # fmt: skip
+        "format": FORMAT,
+        "window": window,
+        "base": base,
+        "next_base": next_base,
+        "gather": [entry(h) for h in gather],
+        "reserve": [entry(h) for h in reserve],
+    }
 
 
 def canonical(document: dict[str, Any]) -> bytes:

@@ -73,16 +73,20 @@ def select_window(
     (scoring/selection.py); `twins` are near-identical pairs whose upload order was unclear."""
     candidates = []
     for p in peers:
-        r, e = state.peers.get(p.hotkey), p.evaluation
-        if not p.valid or r is None:
+        rating, e = state.peers.get(p.hotkey), p.evaluation
+        if not p.valid or rating is None:
             continue
         candidates.append(
             Candidate(
-                key=p.hotkey, final=r.final, proven=proven(r, cfg.rating),
-                gain=e.score if e is not None else None, indicator=e.indicator if e is not None else None,
-                banned=r.banned(window), neg_streak=r.consecutive_negative,
+                key=p.hotkey,
+                final=rating.final,
+                proven=proven(rating, cfg.rating),
+                gain=e.score if e is not None else None,
+                indicator=e.indicator if e is not None else None,
+                banned=rating.banned(window),
+                neg_streak=rating.consecutive_negative,
             )
-        )  # fmt: skip
+        )
     return select_aggregation(candidates, cfg.selection, twins)
 
 

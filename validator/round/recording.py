@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from scoring.loss_score import PeerEval
 from scoring.penalties import miss_multiplier
-from scoring.ranking import PeerRating, RatingConfig, RatingState
+from scoring.ranking import PeerRating, RatingConfig, RatingState, Status
 from scoring.selection import Selection
 from scoring.uniqueness import CopyFinding, CopyTier
 from storage.records import (
@@ -91,22 +91,22 @@ def recordable(peers: Sequence[PeerWindow], window: int) -> list[PeerWindow]:
     return out
 
 
-def rating_record(r: PeerRating) -> RatingRecord:
+def rating_record(rating: PeerRating) -> RatingRecord:
     return RatingRecord(
-        hotkey=r.hotkey,
-        uid=r.uid,
-        mu=r.mu,
-        sigma=r.sigma,
-        bma=r.bma,
-        final_score=r.final,
+        hotkey=rating.hotkey,
+        uid=rating.uid,
+        mu=rating.mu,
+        sigma=rating.sigma,
+        bma=rating.bma,
+        final_score=rating.final,
         penalty={
-            "consecutive_misses": r.consecutive_misses,
-            "consecutive_negative": r.consecutive_negative,
-            "inactive_windows": r.inactive_windows,
-            "ban_until": r.ban_until,
+            "consecutive_misses": rating.consecutive_misses,
+            "consecutive_negative": rating.consecutive_negative,
+            "inactive_windows": rating.inactive_windows,
+            "ban_until": rating.ban_until,
         },
-        last_evaluated_window=r.last_evaluated,
-        state=r.to_dict(),
+        last_evaluated_window=rating.last_evaluated,
+        state=rating.to_dict(),
     )
 
 
@@ -115,15 +115,15 @@ def penalty_records(
 ) -> list[PenaltyRecord]:
     out = []
     for p in peers:
-        r = state.peers.get(p.hotkey)
-        if p.status in ("missing", "early", "late") and r is not None:
-            mult = miss_multiplier(max(r.consecutive_misses, 1), cfg.penalties)
+        rating = state.peers.get(p.hotkey)
+        if p.status in (Status.MISSING, Status.EARLY, Status.LATE) and rating is not None:
+            mult = miss_multiplier(max(rating.consecutive_misses, 1), cfg.penalties)
             out.append(
-                PenaltyRecord(p.hotkey, "missing", mult, f"{p.status} ({r.consecutive_misses} in a row)")
+                PenaltyRecord(p.hotkey, "missing", mult, f"{p.status} ({rating.consecutive_misses} in a row)")
             )
-        elif p.status == "invalid":
+        elif p.status == Status.INVALID:
             kind = "copy" if p.copy_tier is not CopyTier.NONE else "invalid"
-            until = r.ban_until if r is not None and p.copy_tier is CopyTier.BAN else None
+            until = rating.ban_until if rating is not None and p.copy_tier is CopyTier.BAN else None
             out.append(PenaltyRecord(p.hotkey, kind, 0.0, f"{p.reason}: {p.detail}"[:300], until))
     return out
 
@@ -157,7 +157,7 @@ def window_record(
         header,
         submissions=[submission_record(p, object_key(header.window, p.hotkey)) for p in peers],
         evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
-        ratings=[rating_record(r) for r in state.peers.values()],
+        ratings=[rating_record(rating) for rating in state.peers.values()],
         penalties=penalty_records(peers, state, cfg),
         copy_pairs=copy_pair_records(scored.findings),
         selections=selection_records(scored.selection, uids),

@@ -59,25 +59,40 @@ def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
     data = ledger.archive.get(sub.content_digest)
     ts = sub.storage_time.timestamp() if sub.storage_time else None
     fetch = FetchResult(
-        sub.hotkey, Status.OK, data=data, size=len(data), etag=sub.etag, last_modified=ts,
-        first_seen=sub.first_seen, seen_resolution_s=sub.seen_resolution_s,
-    )  # fmt: skip
+        sub.hotkey,
+        Status.OK,
+        data=data,
+        size=len(data),
+        etag=sub.etag,
+        last_modified=ts,
+        first_seen=sub.first_seen,
+        seen_resolution_s=sub.seen_resolution_s,
+    )
     return PeerWindow(target, Status.OK, None, "", fetch)
 
 
 def _row(
-    status: str, reason: str | None, e: EvaluationRecord | None, r: RatingRecord | None, selected: bool
+    status: str,
+    reason: str | None,
+    evaluation: EvaluationRecord | None,
+    rating: RatingRecord | None,
+    selected: bool,
 ) -> dict[str, Any]:
     return {
-        "status": status, "reason": reason, "score": e.score if e else None,
-        "indicator": e.indicator if e else None, "mu": r.mu if r else None,
-        "sigma": r.sigma if r else None, "final": r.final_score if r else None, "selected": selected,
-    }  # fmt: skip
+        "status": status,
+        "reason": reason,
+        "score": evaluation.score if evaluation else None,
+        "indicator": evaluation.indicator if evaluation else None,
+        "mu": rating.mu if rating else None,
+        "sigma": rating.sigma if rating else None,
+        "final": rating.final_score if rating else None,
+        "selected": selected,
+    }
 
 
 def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
     evals = {e.hotkey: e for e in record.evaluations}
-    ratings = {r.hotkey: r for r in record.ratings}
+    ratings = {rating.hotkey: rating for rating in record.ratings}
     chosen = {s.hotkey for s in record.selections if s.role == "gather"}
     return {
         s.hotkey: _row(s.status, s.reason, evals.get(s.hotkey), ratings.get(s.hotkey), s.hotkey in chosen)
@@ -91,9 +106,9 @@ def _recomputed_rows(
     """The same columns, through the same record mapping the live round commits with."""
     rows: dict[str, dict[str, Any]] = {}
     for p in peers:
-        e = evaluation_record(p.hotkey, p.evaluation) if p.evaluation else None
-        r = rating_record(state.peers[p.hotkey]) if p.hotkey in state.peers else None
-        rows[p.hotkey] = _row(p.status, p.reason, e, r, p.hotkey in gather)
+        evaluation = evaluation_record(p.hotkey, p.evaluation) if p.evaluation else None
+        rating = rating_record(state.peers[p.hotkey]) if p.hotkey in state.peers else None
+        rows[p.hotkey] = _row(p.status, p.reason, evaluation, rating, p.hotkey in gather)
     return rows
 
 
@@ -115,11 +130,15 @@ def replay_window(
     peers = [_peer(s, ledger) for s in record.submissions]
     judge = file_judge(window=window, base=gm.base, spec=ctx.spec, cfg=cfg.check, archive=lambda data: "")
     inputs = WindowInputs(
-        model=model, dataset=dataset, judge=judge,
+        model=model,
+        dataset=dataset,
+        judge=judge,
         ratings=ledger.ratings_after(window - 1) if window > 0 else RatingState(),
-        seen_before=lambda digests: ledger.seen_before(digests, window), evaluator=evaluate_peers,
-        budget=lambda: len(peers), only={e.hotkey for e in record.evaluations},
-    )  # fmt: skip
+        seen_before=lambda digests: ledger.seen_before(digests, window),
+        evaluator=evaluate_peers,
+        budget=lambda: len(peers),
+        only={e.hotkey for e in record.evaluations},
+    )
     scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
     stored = _stored_rows(record)
     again = _recomputed_rows(scored.peers, scored.ratings, set(scored.selection.gather))

@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 def rating_state(records: Mapping[str, RatingRecord], window: int | None) -> RatingState:
     """The exact RatingState back from the records of one committed window."""
-    peers = {h: PeerRating.from_dict(r.state) for h, r in records.items()}
+    peers = {hotkey: PeerRating.from_dict(record.state) for hotkey, record in records.items()}
     return RatingState(dict(sorted(peers.items())), window)
 
 
