@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import SecretBytes, SecretStr
 
 from scoring.checkpoint import load_checkpoint
-from scoring.data import Dataset
+from scoring.data import MANIFEST_NAME, Dataset
 from scoring.loss_score import LossScoreConfig
 from scoring.model import LlamaModel, ModelConfig, build_model, param_spec, select_device
 from scoring.ranking import RatingConfig
@@ -90,6 +90,20 @@ def weight_policy(s: Settings) -> WeightPolicy:
     if s.weight_policy == "power":
         return PowerWeights(PowerWeightsConfig(burn_uid=s.burn_uid, burn_share=s.burn_share))
     return RankWeights(RankWeightsConfig(burn_uid=s.burn_uid, burn_share=s.burn_share))
+
+
+def open_dataset(s: Settings) -> Dataset:
+    """The token shards the validator draws pages from; ValueError saying what is missing or unreadable."""
+    if s.dataset_path is None:
+        raise ValueError("GAUNTLET_DATASET_PATH is required (a folder of token shards with manifest.json)")
+    root = Path(s.dataset_path)
+    if not (root / MANIFEST_NAME).is_file():
+        missing = f"{MANIFEST_NAME} is missing (build one: gauntlet data build)"
+        raise ValueError(f"no dataset at {root.resolve()}: {missing}")
+    try:
+        return Dataset.open(root, seq_len=s.seq_len)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"cannot open the dataset at {root.resolve()}: {type(e).__name__}: {e}") from e
 
 
 def load_model(s: Settings, dataset: Dataset) -> LlamaModel:

@@ -15,9 +15,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from scoring.checkpoint import config_from_hf, weight_map
-from scoring.data import MANIFEST_NAME, Dataset
+from scoring.data import Dataset
 from storage import queries
 from storage.db import make_engine
+from validator import wiring
 from validator.settings import Settings
 from validator.wiring import code_version
 
@@ -39,16 +40,11 @@ def db_error(e: SQLAlchemyError) -> str:
 
 
 def open_dataset(s: Settings) -> Dataset:
-    """The token shards the validator draws pages from, or one line saying what is missing."""
-    if s.dataset_path is None:
-        fail("GAUNTLET_DATASET_PATH is required (a folder of token shards with manifest.json)")
-    root = Path(s.dataset_path)
-    if not (root / MANIFEST_NAME).is_file():
-        fail(f"no dataset at {root.resolve()}: {MANIFEST_NAME} is missing (build one: gauntlet data build)")
+    """The token shards the validator draws pages from (wiring), or one line saying what is missing."""
     try:
-        return Dataset.open(root, seq_len=s.seq_len)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        fail(f"cannot open the dataset at {root.resolve()}: {type(e).__name__}: {e}")
+        return wiring.open_dataset(s)
+    except ValueError as e:
+        fail(str(e))
 
 
 def check_model_path(s: Settings) -> None:
