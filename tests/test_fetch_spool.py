@@ -15,7 +15,9 @@ from scoring.ranking import Status
 from scoring.types import Reason
 from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
+from validator.fetch.fetching import fetch_window
 from validator.fetch.peer_fetch import clear_spool, read_stream, spool_path
+from validator.round.outcomes import PeerTarget
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
 
@@ -111,3 +113,16 @@ def test_clearing_the_spool_keeps_only_the_window_being_fetched(tmp_path: Path) 
     assert clear_spool(tmp_path, 4) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [spool_path(tmp_path, object_key(4, "hk1")).name]
     assert clear_spool(tmp_path / "absent", 4) == 0
+
+
+def test_a_window_fetch_clears_the_windows_before(tmp_path: Path) -> None:
+    config = _spooling(tmp_path)
+    assert config.spool_dir is not None
+    config.spool_dir.mkdir()
+    old = spool_path(config.spool_dir, object_key(WINDOW - 1, "hk1"))
+    old.write_bytes(b"x")
+    location = parse_location(f"file://{tmp_path}/peer", LocationPolicy.local())
+    asyncio.run(publish(location, object_key(WINDOW, "hk1"), b"payload", mtime=T0 + 1))
+    peers = fetch_window(Fetcher(config), [PeerTarget(1, "hk1", location)], WINDOW, T0, 10.0)
+    assert peers[0].fetch is not None and peers[0].fetch.path is not None
+    assert not old.exists() and peers[0].fetch.path.read_bytes() == b"payload"

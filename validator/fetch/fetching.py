@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from scoring.ranking import Status
 from scoring.types import Reason
 from validator.chain.protocol import Chain
+from validator.fetch.peer_fetch import clear_spool
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.stores.commitments import LocationError, LocationPolicy, parse_location
 from validator.stores.objstore import Fetcher, FetchRequest, FetchResult, object_key
@@ -47,13 +48,16 @@ def fetch_window(
     *,
     seed: int | str | None = None,
 ) -> list[PeerWindow]:
-    """One PeerWindow per target, in target order: ok with bytes, or missing/early/late with a reason.
+    """One PeerWindow per target, in target order: ok with bytes (or their spooled file), or
+    missing/early/late with a reason.
 
     `seed` (the window's secret seed) shuffles the fetch order. Upload times come from the polls
     started at the previous window's fetch; this one starts those of window + 1, whose put window
     opens about `window_s` after this one's (when the fetcher polls at all)."""
     requests = fetch_requests(targets, window, put_start)
     fetcher.retain({r.location for r in requests})
+    if fetcher.config.spool_dir is not None:  # the last window's aggregate is applied: its files are unused
+        clear_spool(fetcher.config.spool_dir, window)
     sightings = fetcher.observed(window)
     fetched = (
         asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result, seed=seed, sightings=sightings))
