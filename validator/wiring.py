@@ -67,8 +67,12 @@ def round_config(s: Settings) -> RoundConfig:
     return RoundConfig(
         check=CheckConfig(codec=CodecConfig(), norm_outlier_factor=s.norm_outlier_factor),
         eval=EvalConfig(
-            public_seed=s.public_seed, pages_per_peer=s.pages_per_peer, eval_pages=s.eval_pages,
-            heldout_pages=s.heldout_pages, batch_size=s.batch_size, budget=s.eval_budget,
+            public_seed=s.public_seed,
+            pages_per_peer=s.pages_per_peer,
+            eval_pages=s.eval_pages,
+            heldout_pages=s.heldout_pages,
+            batch_size=s.batch_size,
+            budget=s.eval_budget,
             loss=LossScoreConfig(eval_lr_factor=s.eval_lr_factor, outer_lr=s.outer_lr),
         ),
         ranking=RankingConfig(
@@ -83,7 +87,7 @@ def round_config(s: Settings) -> RoundConfig:
         put_grace_s=s.put_grace_s,
         config_digest=config_digest(s),
         code_version=code_version(),
-    )  # fmt: skip
+    )
 
 
 def weight_policy(s: Settings) -> WeightPolicy:
@@ -158,13 +162,15 @@ def open_ledger(s: Settings, *, migrate_to_head: bool = True) -> Ledger:
 
 def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> FetchConfig:
     return FetchConfig(
-        max_bytes=max_bytes, put_window_s=s.put_window_s, grace_s=s.put_grace_s,
+        max_bytes=max_bytes,
+        put_window_s=s.put_window_s,
+        grace_s=s.put_grace_s,
         peer_budget_s=min(s.fetch_peer_budget_s or s.fetch_deadline_s / 4, s.fetch_deadline_s),
         allow_private_hosts=locations.allow_private_hosts,  # local subnets serve peers on loopback
         # wall-clock polls observe uploads only beside a real chain, whose block times are wall clock
         poll_interval_s=s.upload_poll_s if s.chain == "subtensor" else 0.0,
         window_s=s.blocks_per_window * BLOCK_SECONDS,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,10 +190,13 @@ def chain_for(s: Settings) -> ChainLink:
 
         sub = SubtensorChain(
             SubtensorChainConfig(
-                network=s.network, netuid=s.netuid, wallet_name=s.wallet_name, hotkey_name=s.wallet_hotkey,
+                network=s.network,
+                netuid=s.netuid,
+                wallet_name=s.wallet_name,
+                hotkey_name=s.wallet_hotkey,
                 wallet_path=str(s.wallet_path) if s.wallet_path else None,
             )
-        )  # fmt: skip
+        )
         policy = LocationPolicy(allowed_host_suffixes=tuple(s.storage_host_suffixes))
         return ChainLink(sub, sub.hotkey, policy, sub.signer)
     from validator.chain.local import LocalChain, LocalChainConfig
@@ -222,8 +231,16 @@ def build_round(
     weigher = Weigher(link.chain, weight_policy(s), lock, ledger.record_weights, schedule, metrics)
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)
     rnd = Round(
-        chain=link.chain, fetcher=Fetcher(fetch_config(s, cap, link.locations)), locations=link.locations,
-        dataset=dataset, ledger=ledger, weigher=weigher, cfg=cfg, validator_hotkey=link.hotkey,
-        events=events, metrics=metrics, publisher=publisher(s, link.signer),
-    )  # fmt: skip
+        chain=link.chain,
+        fetcher=Fetcher(fetch_config(s, cap, link.locations)),
+        locations=link.locations,
+        dataset=dataset,
+        ledger=ledger,
+        weigher=weigher,
+        cfg=cfg,
+        validator_hotkey=link.hotkey,
+        events=events,
+        metrics=metrics,
+        publisher=publisher(s, link.signer),
+    )
     return rnd, WindowState(gm, ratings)

@@ -102,17 +102,25 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
     seed = WindowSeed.derive(rnd.cfg.secret, window)  # secret per window: pages, samples, sketches
     ctx = WindowContext(window, gm.base, param_spec(gm.model), seed, rnd.cfg)
     judge = file_judge(
-        window=window, base=gm.base, spec=ctx.spec, cfg=rnd.cfg.check, archive=rnd.ledger.archive.put,
+        window=window,
+        base=gm.base,
+        spec=ctx.spec,
+        cfg=rnd.cfg.check,
+        archive=rnd.ledger.archive.put,
         decode=rnd.judging.decode,
-    )  # fmt: skip
+    )
     rnd.events.publish("window_opened", window)
     with stages("fetch"):  # decoding overlaps the downloads
         peers = _fetch_and_decode(rnd, ctx, judge)
     inputs = WindowInputs(
-        model=gm.model, dataset=rnd.dataset, ratings=state.ratings, judge=judge,
+        model=gm.model,
+        dataset=rnd.dataset,
+        ratings=state.ratings,
+        judge=judge,
         seen_before=lambda digests: rnd.ledger.seen_before(digests, window),
-        evaluator=rnd.judging.evaluate, budget=lambda: _budget(rnd.cfg, state.seconds_per_eval, started),
-    )  # fmt: skip
+        evaluator=rnd.judging.evaluate,
+        budget=lambda: _budget(rnd.cfg, state.seconds_per_eval, started),
+    )
     scored = score_window(ctx, peers, inputs, stages)
     updates = {p.hotkey: p.update for p in scored.peers if p.update is not None}
     chosen = [updates[h] for h in scored.selection.gather]  # selection only picks valid peers
