@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from validator.metrics import Metrics
 from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult
 from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement
+from validator.workers.setup import start_pool, worker_spec
 from validator.workers.spec import BlobSpec, WorkerJob
 
 __all__ = ["worker_run"]
@@ -98,3 +100,14 @@ def test_pool_results_keep_the_jobs_order(worker_run: DemoRunner) -> None:
     task, jobs = recorded_window(worker_run.round.ledger, 3)
     out = LocalPool(Replica(spec_of(worker_run))).evaluate(task, list(reversed(jobs)))
     assert [e.uid for e in PoolResult(out.evals).ordered(jobs)] == [j.uid for j in jobs]
+
+
+def test_settings_choose_in_process_or_workers(worker_run: DemoRunner) -> None:
+    s = worker_run.settings
+    spec = spec_of(worker_run)
+    assert start_pool(s, spec) is None  # eval_workers = 0: the in-process default
+    assert spec.blobs.root is not None and Path(spec.blobs.root) == (Path(s.workdir) / "blobs").resolve()
+    with pytest.raises(ValueError, match="eval_workers is 0"):
+        start_pool(s.model_copy(update={"eval_ray_address": "auto"}), spec)
+    with pytest.raises(ValueError, match="dataset_path"):
+        worker_spec(s.model_copy(update={"dataset_path": None}), spec.model, spec.eval, spec.codec)

@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from scoring.loss_score import PeerEval
-from tests.worker_fixtures import WINDOWS, losses, ray_runtime, recorded, spec_of, worker_run
+from tests.worker_fixtures import (
+    WINDOWS,
+    committed_run,
+    decided,
+    losses,
+    ray_runtime,
+    recorded,
+    spec_of,
+    worker_run,
+)
 from validator.demo.runner import DemoRunner
 from validator.metrics import Metrics
 from validator.workers.replica import Replica
@@ -81,12 +90,16 @@ def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_
             assert not out.failed
             assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, window)
         assert len(set(pool.pids())) == 2
+        task, _ = recorded_window(worker_run.round.ledger, 3)
+        missing = pool.evaluate(task, [WorkerJob(3, 77, "ab" * 32)])  # nothing archived under this key
+        assert not missing.evals and "KeyError" in missing.failed[77]
     finally:
         pool.close()
     done = {w: metrics.worker_peers.labels(worker=w)._value.get() for w in ("w0", "w1")}
     assert sum(done.values()) == sum(len(recorded(worker_run, w)) for w in WINDOWS)
     assert min(done.values()) > 0  # both workers took jobs
     assert _failures(metrics, "died") == _failures(metrics, "hung") == 0
+    assert _failures(metrics, "job") == 1
 
 
 # The hang deadline leaves room for a loaded machine (2 cores shared with other jobs): a peer here takes
@@ -121,3 +134,23 @@ def test_a_peer_that_keeps_killing_workers_fails_alone(ray_runtime: None, worker
     expected = {u: v for u, v in recorded(worker_run, 2).items() if u != 2}
     assert {uid: losses(ev) for uid, ev in out.evals.items()} == expected
     assert _failures(metrics, "died") == 2
+
+
+def test_the_demo_on_two_workers_commits_the_same_windows_through_a_kill(
+    ray_runtime: None, worker_run: DemoRunner, tmp_path: Path
+) -> None:
+    """The round on `eval_workers = 2` commits windows 1-3 exactly as the in-process run did, with
+    the worker that takes window 2's first peer killed by SIGKILL while it holds it."""
+    metrics: list[Metrics] = []
+
+    def kill_in_window_2(runner: DemoRunner, window: int) -> None:
+        remote = runner.round.judging.remote
+        assert remote is not None  # the round evaluates on workers
+        if window == 2:
+            remote.pool.close()
+            metrics.append(Metrics())
+            remote.pool = _pool(runner, metrics[0], KilledOnce)
+
+    run = committed_run(tmp_path / "on-workers", env={"GAUNTLET_EVAL_WORKERS": "2"}, before=kill_in_window_2)
+    assert [decided(run, w) for w in WINDOWS] == [decided(worker_run, w) for w in WINDOWS]
+    assert _failures(metrics[0], "died") == 1

@@ -8,7 +8,7 @@ The committed evaluations are what any worker must reproduce bit for bit.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import astuple
 from pathlib import Path
 
@@ -26,26 +26,48 @@ SCENARIO = "honest:3,lazy:1,noise:1"
 WINDOWS = range(1, 4)
 
 
-def committed_run(workdir: Path) -> DemoRunner:
+def committed_run(
+    workdir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    before: Callable[[DemoRunner, int], None] = lambda runner, window: None,
+) -> DemoRunner:
+    """Windows 1-3 of the scenario; `env` adds GAUNTLET_ settings, `before` runs before each window."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("GAUNTLET_")}
     for key in saved:
         del os.environ[key]
-    os.environ["GAUNTLET_CHECKPOINT_EVERY"] = "3"
+    added = {"GAUNTLET_CHECKPOINT_EVERY": "3"} | (env or {})
+    os.environ.update(added)
     try:
         cfg = DemoConfig(parse_peers(SCENARIO), workdir=workdir, inner_steps=5, corpus_tokens=300_000)
         runner = DemoRunner(cfg)
         for w in WINDOWS:
             runner.publish(w)
+            before(runner, w)
             runner.validate(w)
     finally:
-        del os.environ["GAUNTLET_CHECKPOINT_EVERY"]
+        for key in added:
+            del os.environ[key]
         os.environ.update(saved)
     return runner
 
 
+def decided(runner: DemoRunner, window: int) -> tuple[object, ...]:
+    """What a committed window decided, without wall-clock timings or the files' own bytes."""
+    r = runner.round.ledger.window_detail(window)
+    assert r is not None
+    # payload digests, not the files' (sr25519 signatures are randomized, so a re-run's bytes differ)
+    subs = sorted((s.hotkey, s.uid, s.status, s.reason, s.payload_digest) for s in r.submissions)
+    evals = sorted((e.hotkey, losses(e)) for e in r.evaluations)
+    ratings = sorted(repr(x) for x in r.ratings)
+    chosen = sorted((x.hotkey, x.role, x.rank) for x in r.selections)
+    header = (r.base_fingerprint, r.heldout_seed, r.config_digest, r.salvaged)
+    return header, tuple(r.aggregate_digests), dict(r.clip_reference), subs, evals, ratings, chosen
+
+
 def spec_of(runner: DemoRunner) -> WorkerSpec:
-    r = runner.round
-    return worker_spec(runner.settings, r.model.model.cfg, r.cfg.eval, r.cfg.check.codec)
+    cfg = runner.round.cfg
+    return worker_spec(runner.settings, runner.state.model.model.cfg, cfg.eval, cfg.check.codec)
 
 
 def losses(ev: PeerEval | EvaluationRecord) -> tuple[float | int, ...]:

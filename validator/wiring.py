@@ -29,7 +29,7 @@ from validator.metrics import Metrics
 from validator.round.checking import CheckConfig
 from validator.round.config import RoundConfig
 from validator.round.evaluation import EvalConfig
-from validator.round.loop import Round, WindowState
+from validator.round.loop import Judging, Round, WindowState
 from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
@@ -37,6 +37,7 @@ from validator.settings import Settings
 from validator.state.ledger import Ledger
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, open_store
+from validator.workers.setup import start_remote
 
 
 def code_version() -> str:
@@ -51,6 +52,7 @@ OPERATIONAL = frozenset({
     "workdir", "database_url", "redis_url", "archive_url", "archive_retention_windows", "selection_location",
     "metrics_port", "api_host", "api_port", "cors_origins", "rate_limit_per_minute", "api_max_commit_age_s",
     "wallet_path", "device", "fetch_deadline_s", "dataset_path", "model_path",  # paths, not contents
+    "eval_workers", "eval_ray_address",  # where evaluation runs, not what it computes
     "archive_access_key_id", "archive_secret_access_key", "selection_access_key_id",
     "selection_secret_access_key",  # who may write, not what is computed
 })  # fmt: skip
@@ -230,6 +232,9 @@ def build_round(
     schedule = WeightSchedule(s.windows_per_weights, retry_pending=ledger.last_weights_failed())
     weigher = Weigher(link.chain, weight_policy(s), lock, ledger.record_weights, schedule, metrics)
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)
+    remote = start_remote(
+        s, model=model.cfg, eval_cfg=cfg.eval, codec=cfg.check.codec, ledger=ledger, metrics=metrics
+    )  # None unless eval_workers > 0 (docs/cluster.md)
     rnd = Round(
         chain=link.chain,
         fetcher=Fetcher(fetch_config(s, cap, link.locations)),
@@ -242,5 +247,6 @@ def build_round(
         events=events,
         metrics=metrics,
         publisher=publisher(s, link.signer),
+        judging=Judging(remote=remote),
     )
     return rnd, WindowState(gm, ratings)

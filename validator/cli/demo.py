@@ -89,6 +89,9 @@ def demo(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Start over instead of resuming the workdir")
     ] = False,
+    workers: Annotated[
+        int, typer.Option(min=0, help="Evaluate on N local Ray workers (the cluster extra); 0: in-process")
+    ] = 0,
 ) -> int:
     """Run a local subnet: simulated honest and adversarial peers, scored by the real validator."""
     configure_logging(quiet=True)
@@ -96,14 +99,15 @@ def demo(
     if not no_api and port_in_use("127.0.0.1", port):  # before minutes of work, not after
         fail(f"port {port} is in use: pass another --port, or --no-api")
     prepare_workdir(workdir, fresh=fresh)
-    runner = DemoRunner(DemoConfig(behaviours, windows=windows, workdir=workdir, inner_steps=inner_steps))
+    cfg = DemoConfig(behaviours, windows=windows, workdir=workdir, inner_steps=inner_steps, workers=workers)
+    runner = DemoRunner(cfg)
     labels = runner.network.behaviour_of()  # the dashboard and /v1/peers show each peer's behaviour
     server = None if no_api else serve_in_thread(runner.settings, "127.0.0.1", port, labels)
     summary = DemoSummary(runner.network.behaviour_of())
     start = runner.next_window
-    typer.echo(
-        f"gauntlet demo: {len(runner.network.peers)} peers, {windows} windows, workdir {workdir}", err=True
-    )
+    on = f", evaluated on {workers} Ray workers" if workers else ""
+    peers_n = len(runner.network.peers)
+    typer.echo(f"gauntlet demo: {peers_n} peers, {windows} windows, workdir {workdir}{on}", err=True)
     if start > 1:
         done, todo = _span(1, start - 1), _span(start, start + windows - 1)
         typer.echo(f"resuming {workdir}: {done} committed, running {todo} (--fresh starts over)", err=True)

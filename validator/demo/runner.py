@@ -42,10 +42,11 @@ class DemoConfig:
     inner_lr: float = 2e-3
     corpus_tokens: int = 1_500_000
     seed: int = 0
+    workers: int = 0  # evaluate on this many local Ray workers (0: in the validator's process)
 
     def __post_init__(self) -> None:
-        if self.windows < 1 or self.inner_steps < 1 or not self.behaviours:
-            raise ValueError("need windows >= 1, inner_steps >= 1 and at least one peer")
+        if self.windows < 1 or self.inner_steps < 1 or not self.behaviours or self.workers < 0:
+            raise ValueError("need windows >= 1, inner_steps >= 1, workers >= 0 and at least one peer")
 
 
 def demo_settings(workdir: Path) -> Settings:
@@ -75,6 +76,8 @@ class DemoRunner:
         cfg = replace(cfg, workdir=cfg.workdir.absolute())
         self.cfg, self.hook = cfg, hook
         self.settings = demo_settings(cfg.workdir)
+        if cfg.workers:
+            self.settings = self.settings.model_copy(update={"eval_workers": cfg.workers})
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         # what `GAUNTLET_CONFIG=<workdir>/gauntlet.toml gauntlet replay W` needs to find this run
         (cfg.workdir / "gauntlet.toml").write_text(to_toml(self.settings))

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 import torch
@@ -27,6 +27,9 @@ from scoring.sampling import SamplingConfig, sample_for_evaluation
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
+
+if TYPE_CHECKING:  # the workers import this module's EvalConfig
+    from validator.workers.remote import RemoteEvaluation
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +78,9 @@ class EvalSetup:
     seed: WindowSeed
     cfg: EvalConfig
     evaluator: Evaluator = evaluate_peers
+    # evaluation on workers (validator/workers) instead of `evaluator`, which reach `base` themselves
+    remote: RemoteEvaluation | None = None
+    base: str = ""  # the model's fingerprint: what workers must reach (needed with `remote`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +145,31 @@ def evaluate_window(
         chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, sampling)
     else:
         chosen = sorted(h for h in sample.only if h in valid)
+    results, failed = _evaluate_chosen(setup, [valid[h] for h in chosen], held, reference)
+    by_uid = {result.uid: result for result in results}
+    picked = set(chosen)
+    out = []
+    for p in peers:
+        if p.hotkey in picked and p.uid in failed:
+            out.append(judging_failed(p, "evaluate", failed[p.uid]))
+        else:
+            out.append(replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p)
+    return out
+
+
+def _evaluate_chosen(
+    setup: EvalSetup, chosen: Sequence[PeerWindow], held: HeldOut, reference: Mapping[str, float]
+) -> tuple[list[PeerEval], dict[int, Exception]]:
+    if setup.remote is not None:  # workers read each peer's archived bytes themselves
+        keyed = [(p.uid, p.content_digest) for p in chosen if p.content_digest is not None]
+        if len(keyed) != len(chosen):
+            raise ValueError("a peer to evaluate on workers is not archived")
+        return setup.remote(
+            window=setup.window, base=setup.base, heldout_seed=setup.seed.hex,
+            loss_before=held.loss_before, reference=reference, peers=keyed,
+        )  # fmt: skip
     jobs = []
-    for hotkey in chosen:
-        p = valid[hotkey]
+    for p in chosen:
         assert p.update is not None
         jobs.append(PeerJob(p.uid, p.update.params, partial(_own_batches, setup, p.uid)))
     run = partial(
@@ -152,16 +180,7 @@ def evaluate_window(
         cfg=setup.cfg.loss,
         loss_before=held.loss_before,
     )
-    results, failed = _isolated(run, jobs)
-    by_uid = {result.uid: result for result in results}
-    picked = set(chosen)
-    out = []
-    for p in peers:
-        if p.hotkey in picked and p.uid in failed:
-            out.append(judging_failed(p, "evaluate", failed[p.uid]))
-        else:
-            out.append(replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p)
-    return out
+    return _isolated(run, jobs)
 
 
 def _isolated(

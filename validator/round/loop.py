@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
 from scoring.decoder import decode_submission
@@ -44,6 +45,9 @@ from validator.state.ledger import Ledger
 from validator.stores.commitments import LocationPolicy
 from validator.stores.objstore import Fetcher
 
+if TYPE_CHECKING:  # the workers import the round's evaluation config
+    from validator.workers.remote import RemoteEvaluation
+
 
 @dataclass(frozen=True, slots=True)
 class Judging:
@@ -51,6 +55,7 @@ class Judging:
 
     decode: Decoder = decode_submission
     evaluate: Evaluator = evaluate_peers
+    remote: RemoteEvaluation | None = None  # evaluation workers (eval_workers > 0) instead of `evaluate`
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,8 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
     rnd.events.publish("window_opened", window)
     with stages("fetch"):  # decoding overlaps the downloads
         peers = _fetch_and_decode(rnd, ctx, judge)
+    remote = rnd.judging.remote
+    per_peer = state.seconds_per_eval / (1 if remote is None else remote.size)  # workers run at once
     inputs = WindowInputs(
         model=gm.model,
         dataset=rnd.dataset,
@@ -119,7 +126,8 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         judge=judge,
         seen_before=lambda digests: rnd.ledger.seen_before(digests, window),
         evaluator=rnd.judging.evaluate,
-        budget=lambda: _budget(rnd.cfg, state.seconds_per_eval, started),
+        budget=lambda: _budget(rnd.cfg, per_peer, started),
+        remote=remote,
     )
     scored = score_window(ctx, peers, inputs, stages)
     updates = {p.hotkey: p.update for p in scored.peers if p.update is not None}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
 from scoring.model import LlamaModel
@@ -32,6 +33,9 @@ from validator.round.rating import rate_window, select_window
 from validator.round.recording import recordable
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
+
+if TYPE_CHECKING:
+    from validator.workers.remote import RemoteEvaluation
 
 NOTHING_SELECTED: Selection[str] = Selection((), ())
 
@@ -59,6 +63,7 @@ class WindowInputs:
     evaluator: Evaluator
     budget: Callable[[], int]  # how many peers the evaluation may take, asked when it starts
     only: Collection[str] | None = None  # evaluate exactly these (replay: the recorded peers)
+    remote: RemoteEvaluation | None = None  # evaluate on workers instead of `evaluator`
 
 
 def score_window(
@@ -108,7 +113,10 @@ def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], list[CopyF
 def _evaluate(
     ctx: WindowContext, peers: list[PeerWindow], reference: dict[str, float], inputs: WindowInputs
 ) -> tuple[HeldOut, list[PeerWindow]]:
-    setup = EvalSetup(inputs.model, inputs.dataset, ctx.window, ctx.seed, ctx.cfg.eval, inputs.evaluator)
+    setup = EvalSetup(
+        inputs.model, inputs.dataset, ctx.window, ctx.seed, ctx.cfg.eval, inputs.evaluator,
+        remote=inputs.remote, base=ctx.base,
+    )  # fmt: skip
     held = heldout(setup)
     sample = Sample(inputs.ratings, inputs.budget, inputs.only)
     return held, evaluate_window(setup, peers, held=held, reference=reference, sample=sample)

@@ -49,6 +49,8 @@ class RemoteEvaluation:
 
         As in-process: when every one of several peers fails, the fault is the validator's and it
         raises (the round retries the window) instead of blaming them all."""
+        if not base:
+            raise ValueError("evaluation on workers needs the window's base fingerprint")
         task = WindowTask(plan_for(self.ledger, window, base), heldout_seed, loss_before, dict(reference))
         jobs = [WorkerJob(window, uid, digest) for uid, digest in peers]
         result = self.pool.evaluate(task, jobs)
@@ -58,6 +60,11 @@ class RemoteEvaluation:
                 iter(failed.values())
             )
         return result.ordered(jobs), failed
+
+    @property
+    def size(self) -> int:
+        """Workers evaluating at once: the window affords this many times more peers."""
+        return self.pool.size
 
     def close(self) -> None:
         self.pool.close()
