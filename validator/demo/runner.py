@@ -94,11 +94,14 @@ class DemoRunner:
         if self.validator_hotkey not in {n.hotkey for n in self.chain.neurons()}:
             self.chain.register(self.validator_hotkey, uid=0, stake=1000.0, permit=True)
         tools = PeerTools(
-            dataset=self.dataset, public_seed=self.settings.public_seed,
-            pages_per_peer=self.settings.pages_per_peer, batch_size=self.settings.batch_size,
-            inner=InnerConfig(steps=cfg.inner_steps, lr=cfg.inner_lr), codec=CodecConfig(),
+            dataset=self.dataset,
+            public_seed=self.settings.public_seed,
+            pages_per_peer=self.settings.pages_per_peer,
+            batch_size=self.settings.batch_size,
+            inner=InnerConfig(steps=cfg.inner_steps, lr=cfg.inner_lr),
+            codec=CodecConfig(),
             put_window_s=self.settings.put_window_s,
-        )  # fmt: skip
+        )
         self.network = SimNetwork(self.chain, cfg.behaviours, cfg.workdir / "stores", tools)
         fixed = draw_pages(derive_seed("demo-eval", cfg.seed), 32, self.dataset.n_pages)
         self.eval_batches = batches(self.dataset, fixed, 8)
