@@ -19,7 +19,12 @@ import pytest  # noqa: E402
 # Fixture modules shared across test files: registered here once, so a test names the fixture it
 # needs and nothing re-exports it (helpers in these modules are imported normally). A module comes
 # after those it imports, so pytest can rewrite its asserts before anything imports it.
-pytest_plugins = ("tests.storage_fixtures", "tests.cli_fixtures", "tests.api_fixtures")
+pytest_plugins = (
+    "tests.storage_fixtures",
+    "tests.cli_fixtures",
+    "tests.api_fixtures",
+    "tests.worker_fixtures",
+)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of, worker_run
+from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of
 from validator.demo.runner import DemoRunner
 from validator.metrics import Metrics
 from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult
@@ -15,8 +15,6 @@ from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement
 from validator.workers.setup import start_pool, worker_spec
 from validator.workers.spec import BlobSpec, WorkerJob
-
-__all__ = ["worker_run"]
 
 
 def test_a_replica_reproduces_every_committed_window(

@@ -20,10 +20,8 @@ from tests.worker_fixtures import (
     committed_run,
     decided,
     losses,
-    ray_runtime,
     recorded,
     spec_of,
-    worker_run,
 )
 from validator.demo.runner import DemoRunner
 from validator.metrics import Metrics
@@ -33,8 +31,6 @@ from validator.workers.spec import WindowTask, WorkerJob
 pytest.importorskip("ray")
 from validator.workers.ray_pool import PoolConfig, RayPool
 from validator.workers.remote import recorded_window
-
-__all__ = ["ray_runtime", "worker_run"]
 
 
 def _once(replica: Replica, name: str) -> bool:

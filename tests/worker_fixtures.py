@@ -82,14 +82,9 @@ def recorded(runner: DemoRunner, window: int) -> dict[int, tuple[float | int, ..
     return {uids[e.hotkey]: losses(e) for e in record.evaluations}
 
 
-_RUNS: list[DemoRunner] = []  # one run per session, though two test modules import the fixture
-
-
 @pytest.fixture(scope="session")
 def worker_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRunner:
-    if not _RUNS:
-        _RUNS.append(committed_run(tmp_path_factory.mktemp("workers")))
-    return _RUNS[0]
+    return committed_run(tmp_path_factory.mktemp("workers"))
 
 
 @pytest.fixture(scope="session")
