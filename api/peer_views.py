@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from api.cache import WindowMemo
@@ -30,6 +31,7 @@ PeerSort = Literal[
 ]
 MAX_HOTKEY_LEN: Final = 64
 MAX_UID: Final = 65_535
+NAME: Final = r"^[a-z][a-z0-9_]{0,31}$"  # a status or behaviour name
 
 
 def _unknown_peer(ident: str) -> ApiError:
@@ -81,16 +83,41 @@ def _sorted(rows: list[PeerRow], sort: PeerSort, descending: bool) -> list[PeerR
     return sorted(present, key=lambda r: getattr(r, sort), reverse=descending) + absent
 
 
+class PeerQuery(BaseModel):
+    """/v1/peers' query parameters: the sort, the page and the filter travel together to the read
+    and into the cache key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sort: PeerSort = "rank"
+    order: Literal["asc", "desc"] = "asc"
+    limit: int = Field(default=256, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0, le=1_000_000)
+    status: str | None = Field(
+        default=None, pattern=NAME, description="only peers with this status in the newest window"
+    )
+    hotkey_prefix: str | None = Field(
+        default=None, min_length=1, max_length=64, description="only hotkeys that start with this"
+    )
+    label: str | None = Field(
+        default=None, pattern=NAME, description="only peers with this behaviour (where known)"
+    )
+
+    @property
+    def where(self) -> PeerFilter:
+        return PeerFilter(status=self.status, hotkey_prefix=self.hotkey_prefix, label=self.label)
+
+    def cache_key(self) -> str:
+        # repr quotes the prefix, so no two filters share a key.
+        return f"peers:{self.sort}:{self.order}:{self.limit}:{self.offset}:{self.where!r}"
+
+
 def peer_list(
     session: Session,
     memo: WindowMemo,
+    query: PeerQuery,
     *,
     latest: int | None,
-    sort: PeerSort,
-    descending: bool,
-    limit: int,
-    offset: int,
-    where: PeerFilter = PeerFilter(),
     labels: Mapping[str, str] | None = None,
 ) -> PeerList:
     """The ranking (rank is the place in the whole ranking, also when filtered), sorted, filtered
@@ -101,9 +128,10 @@ def peer_list(
         statuses = {s.hotkey: s.status for s in stored[1].submissions}
     labels = labels or {}
     every = [_row(e, statuses.get(e.hotkey), labels.get(e.hotkey)) for e in leaderboard(session=session)]
+    where = query.where
     rows = [r for r in every if where.matches(r)]
-    page = _sorted(rows, sort, descending)[offset : offset + limit]
-    return PeerList(window=latest, total=len(rows), offset=offset, limit=limit, peers=page)
+    page = _sorted(rows, query.sort, query.order == "desc")[query.offset : query.offset + query.limit]
+    return PeerList(window=latest, total=len(rows), offset=query.offset, limit=query.limit, peers=page)
 
 
 def _peer_window(hotkey: str, state: str, record: WindowRecord) -> PeerWindow | None:

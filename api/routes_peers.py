@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import StateDep, hot_read, rate_limit
 from api.http import ERROR_RESPONSES
-from api.peer_views import PeerFilter, PeerSort, history_body, peer_detail, peer_list, resolve_peer
+from api.peer_views import PeerQuery, history_body, peer_detail, peer_list, resolve_peer
 from api.schemas import PeerDetail, PeerHistory, PeerList
 from api.window_views import MAX_WINDOW
 
@@ -20,38 +20,16 @@ router = APIRouter(
 
 PeerIdent = Annotated[str, Path(description="the peer's hotkey (ss58) or the uid it holds now")]
 WindowBound = Query(ge=0, le=MAX_WINDOW)
-NAME = r"^[a-z][a-z0-9_]{0,31}$"  # a status or behaviour name
 
 
 @router.get("/peers", response_model=PeerList, summary="Current ranking")
-async def get_peers(
-    request: Request,
-    state: StateDep,
-    sort: PeerSort = "rank",
-    order: Literal["asc", "desc"] = "asc",
-    limit: Annotated[int, Query(ge=1, le=1000)] = 256,
-    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
-    status: Annotated[
-        str | None, Query(pattern=NAME, description="only peers with this status in the newest window")
-    ] = None,
-    hotkey_prefix: Annotated[
-        str | None, Query(min_length=1, max_length=64, description="only hotkeys that start with this")
-    ] = None,
-    label: Annotated[
-        str | None, Query(pattern=NAME, description="only peers with this behaviour (where known)")
-    ] = None,
-) -> Response:
-    where = PeerFilter(status=status, hotkey_prefix=hotkey_prefix, label=label)
+async def get_peers(request: Request, state: StateDep, query: Annotated[PeerQuery, Query()]) -> Response:
     labels = dict(state.config.peer_labels)
 
     def view(s: Session, latest: int | None) -> PeerList:
-        return peer_list(
-            s, state.memo, latest=latest, sort=sort, descending=order == "desc", limit=limit, offset=offset,
-            where=where, labels=labels,
-        )  # fmt: skip
+        return peer_list(s, state.memo, query, latest=latest, labels=labels)
 
-    # The cache key carries the filter; repr quotes the prefix, so no two filters share a key.
-    return await hot_read(request, state, f"peers:{sort}:{order}:{limit}:{offset}:{where!r}", view)
+    return await hot_read(request, state, query.cache_key(), view)
 
 
 @router.get("/peers/{peer}", response_model=PeerDetail, summary="One peer and its newest windows")
