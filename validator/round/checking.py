@@ -15,7 +15,7 @@ from scoring.clipping import median_norms
 from scoring.decoder import Expected, decode_submission
 from scoring.ranking import RatingConfig, RatingState, Status, proven
 from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
-from scoring.uniqueness import CopyFinding, CopyTier, PeerPayload, UniquenessConfig, find_copies
+from scoring.uniqueness import CopyFinding, PeerPayload, UniquenessConfig, find_copies, offences
 from scoring.wire import CodecConfig
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
@@ -199,16 +199,13 @@ def reject_copies(
             seen, resolution = _sighting(p.fetch)
             payloads.append(PeerPayload(p.hotkey, p.update.digest, seen, p.update.params, resolution))
     findings = find_copies(payloads, cfg.uniqueness, seed=seed)
-    worst: dict[str, tuple[CopyTier, CopyFinding]] = {}
-    for f in findings:
-        if f.clear and (f.offender not in worst or f.tier > worst[f.offender][0]):
-            worst[f.offender] = (f.tier, f)
+    worst = offences(findings)
     out = []
     for p in peers:
         if p.hotkey in worst:
-            tier, f = worst[p.hotkey]
+            f = worst[p.hotkey]
             detail = f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later"
-            out.append(replace(p.reject(f.reason, detail), copy_tier=tier))
+            out.append(replace(p.reject(f.reason, detail), copy_tier=f.tier))
         else:
             out.append(p)
     return out, findings

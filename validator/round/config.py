@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from pydantic import SecretBytes
 
+from scoring.consensus import OUTER_LR
 from validator.chain.protocol import WindowConfig
 from validator.round.checking import CheckConfig
 from validator.round.evaluation import EvalConfig
@@ -19,7 +20,7 @@ class RoundConfig:
     ranking: RankingConfig
     window: WindowConfig
     secret: SecretBytes  # masked in every repr, log and traceback; unwrapped only by `window_seed`
-    outer_lr: float = 0.4
+    outer_lr: float = OUTER_LR
     fetch_deadline_s: float = 120.0
     put_window_s: float = 70.0  # how long after a window ends peers may upload its submission
     put_grace_s: float = 5.0

@@ -62,17 +62,7 @@ def _finite(seconds: float | None) -> float | None:
 
 
 def evaluation_record(hotkey: str, e: PeerEval) -> EvaluationRecord:
-    return EvaluationRecord(
-        hotkey=hotkey,
-        loss_own_before=e.loss_own_before,
-        loss_own_after=e.loss_own_after,
-        loss_rand_before=e.loss_rand_before,
-        loss_rand_after=e.loss_rand_after,
-        score=e.score,
-        own_gain=e.own_gain,
-        indicator=e.indicator,
-        timings=asdict(e.timings),
-    )
+    return EvaluationRecord.of(hotkey, e, asdict(e.timings))
 
 
 def recordable(peers: Sequence[PeerWindow], window: int) -> list[PeerWindow]:
