@@ -11,7 +11,7 @@ checkpoint loading) is excluded: each pool evaluates a warm-up peer first.
 part's stored and eager windows leave the same model); `worker_kill_recovered`: the window with a
 killed worker has every peer evaluated, equal to the in-process ones, and the kill was seen.
 Memory: `rss_per_peer_vs_wire` from benchmarks/scale_memory.py (see there).
-Run: `python benchmarks/bench_scale.py [--quick]`; prints one JSON line (progress on stderr).
+Run: `python -m benchmarks.bench_scale [--quick]`; prints one JSON line (progress on stderr).
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale_memory, beside this file
-from scale_memory import rss_per_peer_vs_wire
-
+from benchmarks.scale_memory import rss_per_peer_vs_wire
 from scoring.clipping import median_norms
 from scoring.corpus import generate_corpus
 from scoring.data import Dataset, batches, heldout_from_seed, window_seed
