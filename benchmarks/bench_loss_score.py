@@ -24,7 +24,15 @@ import torch
 
 from scoring.clipping import clip_factors, median_norms
 from scoring.encoder import compress_to_sparse
-from scoring.loss_score import LossScoreConfig, PeerJob, apply_sparse, evaluate_peer, mean_loss, restore
+from scoring.loss_score import (
+    Baseline,
+    LossScoreConfig,
+    PeerJob,
+    apply_sparse,
+    evaluate_peer,
+    mean_loss,
+    restore,
+)
 from scoring.model import LlamaModel, ModelConfig, build_model, count_parameters
 from scoring.types import SparseParam
 
@@ -117,15 +125,14 @@ class Samples:
 
 def measure(st: Setup) -> Samples:
     """Bare, sparse and naive per peer, interleaved so background load hits all three alike."""
-    loss_before = mean_loss(st.model, st.held)
+    base = Baseline(st.held, mean_loss(st.model, st.held), st.reference, CFG)
     out = Samples()
     for _ in range(st.reps):
         for i, update in enumerate(st.updates):
             job = PeerJob(i, update, lambda: st.own)
-            evaluate = partial(evaluate_peer, st.model, job, st.own, st.held, loss_before=loss_before)
             out.bare.append(timed(partial(bare, st.model, st.own, st.held)))
             t = time.perf_counter()
-            result = evaluate(reference=st.reference, cfg=CFG)
+            result = evaluate_peer(st.model, job, st.own, base)
             out.sparse.append(time.perf_counter() - t)
             out.apply_restore.append(result.timings.apply_s + result.timings.restore_s)
             out.within.append(result.timings.total_s / result.timings.forward_s)
@@ -160,10 +167,7 @@ def main() -> None:
         st.model,
         PeerJob(0, st.updates[0], lambda: st.own),
         st.own,
-        st.held,
-        loss_before=1.0,
-        reference=st.reference,
-        cfg=CFG,
+        Baseline(st.held, 1.0, st.reference, CFG),
     )
     del warm
     rss_sparse = peak_rss_mib()

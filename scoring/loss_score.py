@@ -168,34 +168,37 @@ def deterministic(device: torch.device) -> Iterator[None]:
         torch.use_deterministic_algorithms(before, warn_only=before_warn)
 
 
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """What every peer of a window is measured against: the held-out batches and their loss under
+    the unchanged model, the clip reference and the step."""
+
+    heldout: Batches
+    loss_before: float
+    reference: Mapping[str, float]
+    cfg: LossScoreConfig
+
+
 def evaluate_peer(
-    model: LlamaModel,
-    job: PeerJob,
-    own: Batches,
-    heldout: Batches,
-    *,
-    loss_before: float,
-    reference: Mapping[str, float],
-    cfg: LossScoreConfig,
-    wait_s: float = 0.0,
+    model: LlamaModel, job: PeerJob, own: Batches, base: Baseline, *, wait_s: float = 0.0
 ) -> PeerEval:
     """The three forward passes for one peer around one sparse apply/restore."""
     t0 = time.perf_counter()
     own_before = mean_loss(model, own)
     t1 = time.perf_counter()
-    saved = apply_sparse(model, job.update, clip_factors(job.update, reference), cfg.beta)
+    saved = apply_sparse(model, job.update, clip_factors(job.update, base.reference), base.cfg.beta)
     t2 = time.perf_counter()
     try:
         own_after = mean_loss(model, own)
-        rand_after = mean_loss(model, heldout)
+        rand_after = mean_loss(model, base.heldout)
     finally:
         t3 = time.perf_counter()
         restore(saved)
     t4 = time.perf_counter()
-    score, own_gain, indicator = score_losses(own_before, own_after, loss_before, rand_after)
+    score, own_gain, indicator = score_losses(own_before, own_after, base.loss_before, rand_after)
     timings = Timings(wait_s, t2 - t1, (t1 - t0) + (t3 - t2), t4 - t3, t4 - t0 + wait_s)
     return PeerEval(
-        job.uid, own_before, own_after, loss_before, rand_after, score, own_gain, indicator, timings
+        job.uid, own_before, own_after, base.loss_before, rand_after, score, own_gain, indicator, timings
     )
 
 
@@ -214,6 +217,7 @@ def evaluate_peers(
     """
     with deterministic(next(model.parameters()).device):
         before = mean_loss(model, heldout) if loss_before is None else loss_before
+        base = Baseline(heldout, before, reference, cfg)
         results: list[PeerEval] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lossscore-data") as pool:
             pending: Future[Batches] | None = pool.submit(jobs[0].load_own) if jobs else None
@@ -223,16 +227,5 @@ def evaluate_peers(
                 own = pending.result()
                 wait = time.perf_counter() - t
                 pending = pool.submit(jobs[i + 1].load_own) if i + 1 < len(jobs) else None
-                results.append(
-                    evaluate_peer(
-                        model,
-                        job,
-                        own,
-                        heldout,
-                        loss_before=before,
-                        reference=reference,
-                        cfg=cfg,
-                        wait_s=wait,
-                    )
-                )
+                results.append(evaluate_peer(model, job, own, base, wait_s=wait))
         return results
