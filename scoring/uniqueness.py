@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 
 import numpy as np
@@ -170,7 +170,8 @@ def find_copies(
         shared = sim >= cfg.similarity_floor or not calibrated
         tier = cfg.tier(max(excess, sim)) if shared else CopyTier.NONE
         if tier is not CopyTier.NONE:
-            findings.append(_pair_finding(a, b, overlap, tier, Reason.COPY, sim, baseline))
+            found = CopyFinding(b.hotkey, a.hotkey, overlap, tier, Reason.COPY, sim, baseline)
+            findings.append(_oriented(a, b, found))
     return sorted(findings, key=lambda f: (f.offender, f.other))
 
 
@@ -234,16 +235,15 @@ def _shared_keys(ka: I64, kb: I64, cfg: UniquenessConfig) -> int:
     return count + int(np.intersect1d(ka[full:], kb[full:], assume_unique=True).size)
 
 
-def _pair_finding(
-    a: PeerPayload, b: PeerPayload, overlap: float, tier: CopyTier, reason: str, sim: float, baseline: float
-) -> CopyFinding:
-    """The later uploader is the offender; when neither is clearly first, the finding is unclear."""
+def _oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFinding:
+    """`finding` for the pair (a, b), which names b the offender, turned to name the later uploader;
+    when neither is clearly first, the finding is unclear."""
     if a.clearly_before(b):
-        return CopyFinding(b.hotkey, a.hotkey, overlap, tier, reason, sim, baseline)
+        return replace(finding, offender=b.hotkey, other=a.hotkey)
     if b.clearly_before(a):
-        return CopyFinding(a.hotkey, b.hotkey, overlap, tier, reason, sim, baseline)
+        return replace(finding, offender=a.hotkey, other=b.hotkey)
     first, second = sorted((a.hotkey, b.hotkey))
-    return CopyFinding(second, first, overlap, tier, reason, sim, baseline, clear=False)
+    return replace(finding, offender=second, other=first, clear=False)
 
 
 def _duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> list[CopyFinding]:
@@ -257,5 +257,6 @@ def _duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> 
         ordered = sorted(group, key=lambda p: (p.timestamp, p.hotkey))
         first = ordered[0]
         for p in ordered[1:]:
-            findings.append(_pair_finding(first, p, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0))
+            found = CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0)
+            findings.append(_oriented(first, p, found))
     return findings
