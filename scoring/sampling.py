@@ -9,7 +9,7 @@ is a pure function of (seed, window): replay reproduces it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,11 +24,19 @@ class SamplingConfig:
             raise ValueError("need bins >= 1 and max_staleness >= 0")
 
 
+@dataclass(frozen=True, slots=True)
+class History:
+    """What the draw knows of the candidates, both read from their ratings: the rating that ranks
+    them and the window each was last evaluated in (absent: never)."""
+
+    ratings: Mapping[str, float] = field(default_factory=dict)
+    last_evaluated: Mapping[str, int] = field(default_factory=dict)
+
+
 def sample_for_evaluation(
     candidates: Sequence[str],
     budget: int,
-    ratings: Mapping[str, float],
-    last_evaluated: Mapping[str, int],
+    history: History,
     window: int,
     seed: int,
     cfg: SamplingConfig = SamplingConfig(),
@@ -38,19 +46,19 @@ def sample_for_evaluation(
         raise ValueError("need budget >= 0 and distinct candidates")
     if budget >= len(candidates):
         return sorted(candidates)
-    ranked = sorted(candidates, key=lambda h: (-ratings.get(h, 0.0), h))
+    ranked = sorted(candidates, key=lambda h: (-history.ratings.get(h, 0.0), h))
     bins = [list(b) for b in np.array_split(np.array(ranked, dtype=object), min(cfg.bins, len(ranked)))]
     quotas = _split_budget([len(b) for b in bins], budget)
     rng = np.random.default_rng([seed, window])
     chosen: list[str] = []
     for members, quota in zip(bins, quotas, strict=True):
-        weights = np.array([_staleness(h, last_evaluated, window, cfg) for h in members], dtype=np.float64)
+        weights = np.array([_staleness(h, history, window, cfg) for h in members], dtype=np.float64)
         chosen.extend(_weighted_draw(members, weights, quota, rng))
     return sorted(chosen)
 
 
-def _staleness(hotkey: str, last_evaluated: Mapping[str, int], window: int, cfg: SamplingConfig) -> float:
-    last = last_evaluated.get(hotkey)
+def _staleness(hotkey: str, history: History, window: int, cfg: SamplingConfig) -> float:
+    last = history.last_evaluated.get(hotkey)
     waited = cfg.max_staleness if last is None else min(max(window - last, 0), cfg.max_staleness)
     return 1.0 + waited
 

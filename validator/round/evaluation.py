@@ -23,7 +23,7 @@ from scoring.loss_score import (
 )
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
-from scoring.sampling import SamplingConfig, sample_for_evaluation
+from scoring.sampling import History, SamplingConfig, sample_for_evaluation
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
@@ -134,15 +134,17 @@ def evaluate_window(
     valid = {p.hotkey: p for p in peers if p.valid}
     if sample.only is None:
         ratings = sample.ratings.peers
-        ordinals = {hotkey: rating.ordinal for hotkey, rating in ratings.items()}
-        last = {
-            hotkey: rating.last_evaluated
-            for hotkey, rating in ratings.items()
-            if rating.last_evaluated is not None
-        }
+        history = History(
+            ratings={hotkey: rating.ordinal for hotkey, rating in ratings.items()},
+            last_evaluated={
+                hotkey: rating.last_evaluated
+                for hotkey, rating in ratings.items()
+                if rating.last_evaluated is not None
+            },
+        )
         budget, window, seed = sample.budget(), setup.window, setup.seed.number
         sampling = setup.cfg.sampling
-        chosen = sample_for_evaluation(sorted(valid), budget, ordinals, last, window, seed, sampling)
+        chosen = sample_for_evaluation(sorted(valid), budget, history, window, seed, sampling)
     else:
         chosen = sorted(h for h in sample.only if h in valid)
     results, failed = _evaluate_chosen(setup, [valid[h] for h in chosen], held, reference)
