@@ -103,19 +103,28 @@ def generate_text(n_chars: int, *, seed: int, cfg: CorpusConfig | None = None) -
     return "".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class ShardFormat:
+    """How a shard file stores its tokens: `dtype` (a key of scoring.data.DTYPES), in a `.npy`
+    file or, when `raw`, as bare little-endian values in a `.bin` file."""
+
+    dtype: str = "uint16"
+    raw: bool = False
+
+
 def generate_corpus(
     path: str | Path,
     *,
     seed: int,
     n_tokens: int,
     shard_tokens: int,
-    dtype: str = "uint16",
-    raw: bool = False,
+    fmt: ShardFormat = ShardFormat(),
     cfg: CorpusConfig | None = None,
 ) -> Manifest:
-    """Write byte-tokenized grammar text as shards (`.npy`, or raw `.bin`) plus `manifest.json`."""
+    """Write byte-tokenized grammar text as shards (in `fmt`) plus `manifest.json`."""
     if n_tokens <= 0 or shard_tokens <= 0:
         raise ValueError("n_tokens and shard_tokens must be positive")
+    dtype, raw = fmt.dtype, fmt.raw
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     text = generate_text(n_tokens, seed=seed, cfg=cfg)[:n_tokens]

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scoring.corpus import CorpusConfig, generate_corpus, generate_text
+from scoring.corpus import CorpusConfig, ShardFormat, generate_corpus, generate_text
 from scoring.data import Dataset
 
 
@@ -44,9 +44,8 @@ def test_corpus_shards_and_manifest(tmp_path: Path) -> None:
     assert bytes(ds.page(0)[:2].astype(np.uint8)).decode().isalpha()
     again = generate_corpus(tmp_path / "b", seed=0, n_tokens=10_000, shard_tokens=4_000)
     assert [s.sha256 for s in again.shards] == [s.sha256 for s in manifest.shards]
-    raw = generate_corpus(
-        tmp_path / "raw", seed=0, n_tokens=10_000, shard_tokens=4_000, raw=True, dtype="uint32"
-    )
+    raw_fmt = ShardFormat(dtype="uint32", raw=True)
+    raw = generate_corpus(tmp_path / "raw", seed=0, n_tokens=10_000, shard_tokens=4_000, fmt=raw_fmt)
     raw_ds = Dataset.open(tmp_path / "raw", seq_len=32)
     assert raw.shards[0].file.endswith(".bin")
     assert raw_ds.page(7).tolist() == ds.page(7).tolist()
