@@ -8,12 +8,14 @@ import asyncio
 import json
 import struct
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import Expected
 from scoring.encoder import compress, pack_tensors
+from scoring.lazy_update import judge_submission
 from scoring.loss_score import Batches, LossScoreConfig, PeerEval, PeerJob, evaluate_peers
 from scoring.model import LlamaModel
 from scoring.signing import dev_keypair
@@ -28,12 +30,12 @@ from validator.stores.objstore import object_key, publish
 
 
 def raising_decoder(bad: Collection[str]) -> Decoder:
-    """`decode_submission`, raising for the files of the `bad` hotkeys (a decoder bug they trigger)."""
+    """`judge_submission`, raising for the files of the `bad` hotkeys (a decoder bug they trigger)."""
 
-    def decode(data: bytes, spec: ParamSpec, expect: Expected, codec: CodecConfig) -> DecodeResult:
+    def decode(data: bytes | Path, spec: ParamSpec, expect: Expected, codec: CodecConfig) -> DecodeResult:
         if expect.hotkey in bad:
             raise OverflowError("a shape this decoder cannot multiply")
-        return decode_submission(data, spec, expect, codec)
+        return judge_submission(data, spec, expect, codec)
 
     return decode
 

@@ -172,6 +172,7 @@ def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> Fetc
         # wall-clock polls observe uploads only beside a real chain, whose block times are wall clock
         poll_interval_s=s.upload_poll_s if s.chain == "subtensor" else 0.0,
         window_s=s.blocks_per_window * BLOCK_SECONDS,
+        spool_dir=Path(s.workdir) / "spool",  # submissions stream to disk, never whole in memory
     )
 
 

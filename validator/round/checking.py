@@ -6,13 +6,15 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from statistics import median
 from types import TracebackType
 
 import structlog
 
 from scoring.clipping import median_norms
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import Expected
+from scoring.lazy_update import judge_submission
 from scoring.ranking import RatingConfig, RatingState, Status, proven
 from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
 from scoring.uniqueness import CopyFinding, PeerPayload, UniquenessConfig, find_copies, offences
@@ -41,8 +43,9 @@ class CheckConfig:
 
 
 Judged = tuple[str, DecodeResult]  # (content digest of the bytes, what the decoder made of them)
-Judge = Callable[[str, int, bytes], Judged]  # (hotkey, uid, bytes) -> Judged
-Decoder = Callable[[bytes, ParamSpec, Expected, CodecConfig], DecodeResult]  # decode_submission's shape
+Body = bytes | Path  # a fetched file: its bytes, or where the fetcher spooled them (issue 14)
+Judge = Callable[[str, int, Body], Judged]  # (hotkey, uid, file) -> Judged
+Decoder = Callable[[Body, ParamSpec, Expected, CodecConfig], DecodeResult]  # judge_submission's shape
 
 
 def judging_failed(p: PeerWindow, stage: str, error: BaseException) -> PeerWindow:
@@ -58,15 +61,15 @@ def file_judge(
     base: str,
     spec: ParamSpec,
     cfg: CheckConfig,
-    archive: Callable[[bytes], str],
-    decode: Decoder = decode_submission,
+    archive: Callable[[Body], str],
+    decode: Decoder = judge_submission,
 ) -> Judge:
     """Archive the bytes first (so replay sees exactly what was judged), then decode and check them.
 
     A decoder that raises judges that one file `internal_error`; archiving raising is the storage's
     failure, not the peer's, and fails the round."""
 
-    def judge(hotkey: str, uid: int, data: bytes) -> Judged:
+    def judge(hotkey: str, uid: int, data: Body) -> Judged:
         digest = archive(data)
         expect = Expected(window=window, uid=uid, hotkey=hotkey, base=base)
         try:
@@ -98,16 +101,17 @@ class EagerDecoder:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def __call__(self, result: FetchResult) -> None:
-        if result.data is not None and result.hotkey in self.uids:
+        body = result.data if result.data is not None else result.path
+        if body is not None and result.hotkey in self.uids:
             self.futures[result.hotkey] = self.pool.submit(
-                self.judge, result.hotkey, self.uids[result.hotkey], result.data
+                self.judge, result.hotkey, self.uids[result.hotkey], body
             )
 
     def outcomes(self, peers: Sequence[PeerWindow]) -> list[PeerWindow]:
         """Each fetched peer with its file judged: as judged on the worker, or now if it was not."""
         judged = {hotkey: f.result() for hotkey, f in self.futures.items()}
 
-        def judge(hotkey: str, uid: int, data: bytes) -> Judged:
+        def judge(hotkey: str, uid: int, data: Body) -> Judged:
             return judged.get(hotkey) or self.judge(hotkey, uid, data)
 
         return decode_all(peers, judge)
@@ -118,7 +122,7 @@ def decode_all(peers: Sequence[PeerWindow], judge: Judge) -> list[PeerWindow]:
     others (nothing fetched, or judged already) as they are."""
     out = []
     for p in peers:
-        data = p.fetch.data if p.fetch is not None else None
+        data = (p.fetch.path if p.fetch.data is None else p.fetch.data) if p.fetch is not None else None
         if data is None or p.fetch is None:
             out.append(p)
             continue

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
-from scoring.decoder import decode_submission
+from scoring.lazy_update import judge_submission
 from scoring.loss_score import evaluate_peers
 from scoring.model import param_spec
 from scoring.ranking import RatingState, Status
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the workers import the round's evaluation config
 class Judging:
     """The functions that judge one peer's bytes and update: the seam where tests inject faults."""
 
-    decode: Decoder = decode_submission
+    decode: Decoder = judge_submission
     evaluate: Evaluator = evaluate_peers
     remote: RemoteEvaluation | None = None  # evaluation workers (eval_workers > 0) instead of `evaluate`
 
