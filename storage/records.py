@@ -19,6 +19,9 @@ SELECTION_ROLES: Final = ("gather", "reserve")
 OPEN: Final = "open"
 COMMITTED: Final = "committed"
 WINDOW_STATES: Final = (OPEN, "scored", COMMITTED)
+# The entry of a window's `timings` that says which evaluation workers evaluated how many peers, how
+# fast, with how many failures (validator/workers/stats.py writes it; the API reads it).
+WORKER_TIMINGS: Final = "evaluation_workers"
 WEIGHT_OUTCOMES: Final = frozenset({"ok", "failed", "skipped"})
 
 JsonMap = Mapping[str, Any]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement
 from validator.workers.setup import start_pool, worker_spec
 from validator.workers.spec import BlobSpec, WorkerJob
+from validator.workers.stats import IN_PROCESS, WORKERS_KEY
 
 
 def test_a_replica_reproduces_every_committed_window(
@@ -31,6 +33,9 @@ def test_a_replica_reproduces_every_committed_window(
         out = pool.evaluate(task, jobs)
         assert not out.failed
         assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, window)
+        local = out.workers["local"]
+        assert (local.peers, local.failures, local.pid, local.device) == (len(jobs), 0, os.getpid(), "cpu")
+        assert local.seconds == sum(ev.timings.total_s for ev in out.evals.values())
     # window 2 is one archived aggregate after window 1: applied, not reloaded from the checkpoint
     assert loads == [1, 3]
     assert replica.position == (3, worker_run.round.ledger.window_detail(3).base_fingerprint)  # type: ignore[union-attr]
@@ -70,11 +75,25 @@ def test_every_peer_failing_is_the_validators_fault(worker_run: DemoRunner) -> N
             window=2, base=task.plan.base, heldout_seed=task.heldout_seed, loss_before=task.loss_before,
             reference=task.reference, peers=bad,
         )  # fmt: skip
-    evals, failed = evaluate(
+    evals, failed, workers = evaluate(
         window=2, base=task.plan.base, heldout_seed=task.heldout_seed, loss_before=task.loss_before,
         reference=task.reference, peers=bad[:1],
     )  # fmt: skip
     assert evals == [] and set(failed) == {5}
+    assert [(w.name, w.peers, w.failures) for w in workers] == [("local", 0, 1)]
+
+
+def test_the_in_process_round_records_itself_as_one_worker(worker_run: DemoRunner) -> None:
+    """The demo evaluates in the validator's process: each window records that one worker, with the
+    peers it evaluated and their mean LossScore seconds, for the API and dashboard to show."""
+    for window in WINDOWS:
+        record = worker_run.round.ledger.window_detail(window)
+        assert record is not None
+        (worker,) = record.timings[WORKERS_KEY]
+        assert worker["name"] == IN_PROCESS and worker["pid"] == os.getpid() and worker["device"] == "cpu"
+        assert (worker["peers"], worker["failures"]) == (len(record.evaluations), 0)
+        per_peer = sum(e.timings["total_s"] for e in record.evaluations) / len(record.evaluations)
+        assert worker["seconds_per_peer"] == pytest.approx(per_peer, abs=1e-5)
 
 
 def test_plans_lead_from_the_nearest_checkpoint(worker_run: DemoRunner) -> None:

@@ -27,6 +27,7 @@ from validator.demo.runner import DemoRunner
 from validator.metrics import Metrics
 from validator.workers.replica import Replica
 from validator.workers.spec import WindowTask, WorkerJob
+from validator.workers.stats import WORKERS_KEY
 
 pytest.importorskip("ray")
 from validator.workers.ray_pool import PoolConfig, RayPool
@@ -85,7 +86,10 @@ def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_
             out = pool.evaluate(*recorded_window(worker_run.round.ledger, window))
             assert not out.failed
             assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, window)
+            assert sorted(out.workers) == ["w0", "w1"]  # both synced, placed and counted
+            assert sum(w.peers for w in out.workers.values()) == len(out.evals)
         assert len(set(pool.pids())) == 2
+        assert sorted(w.pid for w in out.workers.values()) == sorted(pool.pids())
         task, _ = recorded_window(worker_run.round.ledger, 3)
         missing = pool.evaluate(task, [WorkerJob(3, 77, "ab" * 32)])  # nothing archived under this key
         assert not missing.evals and "KeyError" in missing.failed[77]
@@ -150,3 +154,10 @@ def test_the_demo_on_two_workers_commits_the_same_windows_through_a_kill(
     run = committed_run(tmp_path / "on-workers", env={"GAUNTLET_EVAL_WORKERS": "2"}, before=kill_in_window_2)
     assert [decided(run, w) for w in WINDOWS] == [decided(worker_run, w) for w in WINDOWS]
     assert _failures(metrics[0], "died") == 1
+    for window in WINDOWS:  # each window records both workers, the peers they took and the kill
+        record = run.round.ledger.window_detail(window)
+        assert record is not None
+        workers = record.timings[WORKERS_KEY]
+        assert [w["name"] for w in workers] == ["w0", "w1"] and all(w["pid"] for w in workers)
+        assert sum(w["peers"] for w in workers) == len(record.evaluations)
+        assert sum(w["failures"] for w in workers) == (1 if window == 2 else 0)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import astuple
+from dataclasses import astuple, replace
 from pathlib import Path
 
 import pytest
 
 from scoring.loss_score import PeerEval
-from storage.records import EvaluationRecord
+from storage.records import WORKER_TIMINGS, EvaluationRecord, WindowRecord
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
 from validator.workers.replica import Replica
 from validator.workers.setup import worker_spec
 from validator.workers.spec import WorkerSpec
+from validator.workers.stats import WorkerStats, summary
 
 SCENARIO = "honest:3,lazy:1,noise:1"
 WINDOWS = range(1, 4)
@@ -63,6 +64,16 @@ def decided(runner: DemoRunner, window: int) -> tuple[object, ...]:
     chosen = sorted((x.hotkey, x.role, x.rank) for x in r.selections)
     header = (r.base_fingerprint, r.heldout_seed, r.config_digest, r.salvaged)
     return header, tuple(r.aggregate_digests), dict(r.clip_reference), subs, evals, ratings, chosen
+
+
+def on_two_workers(record: WindowRecord) -> WindowRecord:
+    """`record` as a validator on two GPU workers writes it: w1 was lost once and took one peer.
+    (Listed out of order: the summary is recorded by worker name.)"""
+    workers = [
+        WorkerStats("w1", "gpu-b", 4343, "cuda:0", peers=1, seconds=1.25, failures=1),
+        WorkerStats("w0", "gpu-a", 4242, "cuda:0", peers=2, seconds=3.0),
+    ]
+    return replace(record, timings={**record.timings, WORKER_TIMINGS: summary(workers)})
 
 
 def spec_of(runner: DemoRunner) -> WorkerSpec:

@@ -27,6 +27,7 @@ from scoring.sampling import History, SamplingConfig, sample_for_evaluation
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
+from validator.workers.stats import WorkerStats, in_process
 
 if TYPE_CHECKING:  # the workers import this module's EvalConfig
     from validator.workers.remote import RemoteEvaluation
@@ -128,9 +129,10 @@ def evaluate_window(
     held: HeldOut,
     reference: Mapping[str, float],
     sample: Sample,
-) -> list[PeerWindow]:
+) -> tuple[list[PeerWindow], list[WorkerStats]]:
     """Evaluate a fair sample of the valid peers (all of them when the budget allows). A peer whose
-    evaluation raises is invalid (`internal_error`); the others are scored as usual."""
+    evaluation raises is invalid (`internal_error`); the others are scored as usual. Also returns
+    what each worker did (one, `in-process`, without a pool): recorded with the window's timings."""
     valid = {p.hotkey: p for p in peers if p.valid}
     if sample.only is None:
         ratings = sample.ratings.peers
@@ -147,7 +149,7 @@ def evaluate_window(
         chosen = sample_for_evaluation(sorted(valid), budget, history, window, seed, sampling)
     else:
         chosen = sorted(h for h in sample.only if h in valid)
-    results, failed = _evaluate_chosen(setup, [valid[h] for h in chosen], held, reference)
+    results, failed, workers = _evaluate_chosen(setup, [valid[h] for h in chosen], held, reference)
     by_uid = {result.uid: result for result in results}
     picked = set(chosen)
     out = []
@@ -156,12 +158,12 @@ def evaluate_window(
             out.append(judging_failed(p, "evaluate", failed[p.uid]))
         else:
             out.append(replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p)
-    return out
+    return out, workers
 
 
 def _evaluate_chosen(
     setup: EvalSetup, chosen: Sequence[PeerWindow], held: HeldOut, reference: Mapping[str, float]
-) -> tuple[list[PeerEval], dict[int, Exception]]:
+) -> tuple[list[PeerEval], dict[int, Exception], list[WorkerStats]]:
     if setup.remote is not None:  # workers read each peer's archived bytes themselves
         keyed = [(p.uid, p.content_digest) for p in chosen if p.content_digest is not None]
         if len(keyed) != len(chosen):
@@ -182,7 +184,9 @@ def _evaluate_chosen(
         cfg=setup.cfg.loss,
         loss_before=held.loss_before,
     )
-    return _isolated(run, jobs)
+    results, failed = _isolated(run, jobs)
+    device = str(next(setup.model.parameters()).device)
+    return results, failed, [in_process((r.timings.total_s for r in results), len(failed), device)]
 
 
 def _isolated(

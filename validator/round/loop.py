@@ -44,6 +44,7 @@ from validator.state.global_model import GlobalModel
 from validator.state.ledger import Ledger
 from validator.stores.commitments import LocationPolicy
 from validator.stores.objstore import Fetcher
+from validator.workers.stats import WORKERS_KEY, summary
 
 if TYPE_CHECKING:  # the workers import the round's evaluation config
     from validator.workers.remote import RemoteEvaluation
@@ -134,7 +135,8 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
     chosen = [updates[h] for h in scored.selection.gather]  # selection only picks valid peers
     digests = [u.digest for u in chosen]
     with stages("commit"):
-        header = _header(ctx, stages.seconds, salvaged=stages.salvaged)
+        timings = {**stages.seconds, WORKERS_KEY: summary(scored.workers)}  # who evaluated, how fast
+        header = _header(ctx, timings, salvaged=stages.salvaged)
         record = window_record(header, scored, digests, rnd.cfg.ranking.rating)
         rnd.ledger.commit(record)
     with stages("aggregate"):
@@ -178,7 +180,7 @@ def _rate_estimate(seconds_per_eval: float, seconds: Sequence[float]) -> float:
     return 0.5 * seconds_per_eval + 0.5 * (sum(seconds) / len(seconds)) if seconds else seconds_per_eval
 
 
-def _header(ctx: WindowContext, timings: dict[str, float], *, salvaged: bool) -> WindowRecord:
+def _header(ctx: WindowContext, timings: dict[str, object], *, salvaged: bool) -> WindowRecord:
     return WindowRecord(
         window=ctx.window,
         base_fingerprint=ctx.base,

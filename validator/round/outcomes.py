@@ -11,6 +11,7 @@ from scoring.types import SparseUpdate
 from scoring.uniqueness import CopyFinding, CopyTier
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchResult
+from validator.workers.stats import WorkerStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +67,4 @@ class Scored:
     selection: Selection[str]
     heldout_loss: float  # the base model's loss on the held-out pages (NaN when not evaluated)
     eval_seconds: tuple[float, ...] = ()  # one per evaluated peer: sizes the next window's budget
+    workers: tuple[WorkerStats, ...] = ()  # who evaluated: recorded with the timings, never replayed

@@ -33,6 +33,7 @@ from validator.round.rating import rate_window, select_window
 from validator.round.recording import recordable
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
+from validator.workers.stats import WorkerStats
 
 if TYPE_CHECKING:
     from validator.workers.remote import RemoteEvaluation
@@ -75,10 +76,10 @@ def score_window(
             "check", lambda: _check(ctx, peers, inputs), lambda: _unjudged(peers)
         )
     with stages("evaluate"):
-        held, evaluated = stages.salvage(
+        held, evaluated, workers = stages.salvage(
             "evaluate",
             lambda: _evaluate(ctx, checked, reference, inputs),
-            lambda: (NOT_EVALUATED, checked),
+            lambda: (NOT_EVALUATED, checked, []),
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
         evaluated = recordable(evaluated, ctx.window)
@@ -88,7 +89,8 @@ def score_window(
             lambda: _rate(ctx, evaluated, findings, inputs.ratings),
             lambda: (RatingState(inputs.ratings.peers, ctx.window), NOTHING_SELECTED),
         )
-    return Scored(evaluated, findings, reference, ratings, selection, held.loss_before, seconds)
+    loss = held.loss_before
+    return Scored(evaluated, findings, reference, ratings, selection, loss, seconds, tuple(workers))
 
 
 def _check(
@@ -112,14 +114,15 @@ def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], list[CopyF
 
 def _evaluate(
     ctx: WindowContext, peers: list[PeerWindow], reference: dict[str, float], inputs: WindowInputs
-) -> tuple[HeldOut, list[PeerWindow]]:
+) -> tuple[HeldOut, list[PeerWindow], list[WorkerStats]]:
     setup = EvalSetup(
         inputs.model, inputs.dataset, ctx.window, ctx.seed, ctx.cfg.eval, inputs.evaluator,
         remote=inputs.remote, base=ctx.base,
     )  # fmt: skip
     held = heldout(setup)
     sample = Sample(inputs.ratings, inputs.budget, inputs.only)
-    return held, evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
+    evaluated, workers = evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
+    return held, evaluated, workers
 
 
 def _rate(

@@ -10,6 +10,9 @@ from scoring.loss_score import PeerEval
 from validator.metrics import Metrics
 from validator.workers.replica import Replica
 from validator.workers.spec import WindowTask, WorkerJob
+from validator.workers.stats import WorkerStats
+
+LOCAL = "local"  # the one worker of a `LocalPool`
 
 
 class FingerprintMismatch(RuntimeError):
@@ -22,10 +25,29 @@ class WorkersLost(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class PoolResult:
-    """Evaluations by uid, and the peers whose job raised (or kept killing workers), with why."""
+    """Evaluations by uid, the peers whose job raised (or kept killing workers) with why, and what
+    each worker did (by worker name)."""
 
     evals: dict[int, PeerEval] = field(default_factory=dict)
     failed: dict[int, str] = field(default_factory=dict)
+    workers: dict[str, WorkerStats] = field(default_factory=dict)
+
+    def worker(self, name: str) -> WorkerStats:
+        return self.workers.setdefault(name, WorkerStats(name))
+
+    def done(self, metrics: Metrics | None, worker: str, uid: int, ev: PeerEval) -> None:
+        """`ev` is the peer's evaluation, by `worker`: kept, counted and observed."""
+        self.evals[uid] = ev
+        self.worker(worker).evaluated(ev.timings.total_s)
+        if metrics is not None:
+            metrics.worker_peers.labels(worker=worker).inc()
+            metrics.worker_seconds.labels(worker=worker).observe(ev.timings.total_s)
+
+    def lost(self, metrics: Metrics | None, worker: str, kind: str) -> None:
+        """A failure of `worker`: `job` (a peer's evaluation raised), died, hung or fingerprint."""
+        self.worker(worker).failures += 1
+        if metrics is not None:
+            metrics.worker_failures.labels(worker=worker, kind=kind).inc()
 
     def ordered(self, jobs: Sequence[WorkerJob]) -> list[PeerEval]:
         return [self.evals[j.uid] for j in jobs if j.uid in self.evals]
@@ -36,12 +58,6 @@ class WorkerPool(Protocol):
     def size(self) -> int: ...
     def evaluate(self, task: WindowTask, jobs: Sequence[WorkerJob]) -> PoolResult: ...
     def close(self) -> None: ...
-
-
-def observe(metrics: Metrics | None, worker: str, ev: PeerEval) -> None:
-    if metrics is not None:
-        metrics.worker_peers.labels(worker=worker).inc()
-        metrics.worker_seconds.labels(worker=worker).observe(ev.timings.total_s)
 
 
 class LocalPool:
@@ -58,16 +74,16 @@ class LocalPool:
         if self.replica.sync(task.plan) != task.plan.base:
             raise FingerprintMismatch(f"the replica does not reach base {task.plan.base[:12]}")
         out = PoolResult()
+        info = self.replica.info()
+        out.worker(LOCAL).placed(info.host, info.pid, info.device)
         for job in jobs:
             try:
                 ev = self.replica.evaluate(task, job)
             except Exception as e:  # the peer's job alone fails, as in-process evaluation isolates it
                 out.failed[job.uid] = f"{type(e).__name__}: {e}"[:300]
-                if self.metrics is not None:
-                    self.metrics.worker_failures.labels(worker="local", kind="job").inc()
+                out.lost(self.metrics, LOCAL, "job")
                 continue
-            out.evals[job.uid] = ev
-            observe(self.metrics, "local", ev)
+            out.done(self.metrics, LOCAL, job.uid, ev)
         return out
 
     def close(self) -> None:

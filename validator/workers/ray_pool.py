@@ -19,8 +19,8 @@ import structlog
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from validator.metrics import Metrics
-from validator.workers.pool import PoolResult, WorkersLost, observe
-from validator.workers.replica import Replica, StaleReplica
+from validator.workers.pool import PoolResult, WorkersLost
+from validator.workers.replica import Replica, StaleReplica, WorkerInfo
 from validator.workers.spec import WindowTask, WorkerJob, WorkerSpec
 
 log = structlog.get_logger(__name__)
@@ -74,6 +74,7 @@ class RayPool:
         )
         self.actors: list[Any] = [self._cls.remote(spec) for _ in range(cfg.workers)]
         self.synced = [False] * cfg.workers
+        self.placed: list[WorkerInfo | None] = [None] * cfg.workers  # each actor's host, pid, device
         self.rebuilds = 0
 
     @property
@@ -125,18 +126,28 @@ class RayPool:
             if call.job is None or isinstance(e.cause, StaleReplica):  # the worker's fault, not the peer's
                 return self._lost(call, "died", task, inflight, queue, attempts, out)
             out.failed[call.job.uid] = f"{type(e.cause).__name__}: {e.cause}"[:300]
-            self._count(name, "job")
+            out.lost(self.metrics, name, "job")
             return None
         if call.job is None:
             if value == task.plan.base:
                 self.synced[call.slot] = True
+                self._place(call.slot, out)
             else:
                 log.warning("worker_fingerprint_mismatch", worker=name, got=str(value)[:12])
                 self._lost(call, "fingerprint", task, inflight, queue, attempts, out)
             return None
-        out.evals[call.job.uid] = value
-        observe(self.metrics, name, value)
+        out.done(self.metrics, name, call.job.uid, value)
         return None
+
+    def _place(self, slot: int, out: PoolResult) -> None:
+        """Note where the slot's actor runs (asked once per actor; it has just answered a sync)."""
+        stats, info = out.worker(f"w{slot}"), self.placed[slot]
+        if info is None:
+            try:
+                info = self.placed[slot] = ray.get(self.actors[slot].info.remote(), timeout=30.0)
+            except (RayActorError, RayTaskError, GetTimeoutError):  # where it ran is only for display
+                return
+        stats.placed(info.host, info.pid, info.device)
 
     def _lost(
         self, call: _Call, kind: str, task: WindowTask, inflight: dict[Any, _Call],
@@ -145,7 +156,7 @@ class RayPool:
         """Replace the slot's actor with a fresh one; its job, if any, goes back to the queue."""
         name = f"w{call.slot}"
         log.warning("worker_replaced", worker=name, kind=kind, uid=None if call.job is None else call.job.uid)
-        self._count(name, kind)
+        out.lost(self.metrics, name, kind)
         self.rebuilds += 1
         if self.rebuilds > 3 * self.size:  # every replica failing is the validator's fault, not a peer's
             raise WorkersLost(f"{self.rebuilds} worker rebuilds in one window (last: {kind})")
@@ -162,17 +173,13 @@ class RayPool:
                 queue.appendleft(call.job)
         ray.kill(self.actors[call.slot], no_restart=True)
         self.actors[call.slot] = self._cls.remote(self.spec)
-        self.synced[call.slot] = False
+        self.synced[call.slot], self.placed[call.slot] = False, None
         self._sync(call.slot, task, inflight)
-
-    def _count(self, worker: str, kind: str) -> None:
-        if self.metrics is not None:
-            self.metrics.worker_failures.labels(worker=worker, kind=kind).inc()
 
     def close(self) -> None:
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
-        self.actors = []
+        self.actors, self.placed = [], []
 
 
 def _now() -> float:

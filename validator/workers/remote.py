@@ -15,6 +15,7 @@ from storage.db import run_in_transaction
 from validator.state.ledger import Ledger
 from validator.workers.pool import WorkerPool
 from validator.workers.spec import ReplicaPlan, WindowTask, WorkerJob
+from validator.workers.stats import WorkerStats
 
 
 class WorkerJobFailed(RuntimeError):
@@ -44,8 +45,9 @@ class RemoteEvaluation:
         loss_before: float,
         reference: Mapping[str, float],
         peers: Sequence[tuple[int, str]],
-    ) -> tuple[list[PeerEval], dict[int, Exception]]:
-        """Evaluations of `peers` (uid, archive key) in their order, and the peers that failed.
+    ) -> tuple[list[PeerEval], dict[int, Exception], list[WorkerStats]]:
+        """Evaluations of `peers` (uid, archive key) in their order, the peers that failed, and what
+        each worker did.
 
         As in-process: when every one of several peers fails, the fault is the validator's and it
         raises (the round retries the window) instead of blaming them all."""
@@ -59,7 +61,7 @@ class RemoteEvaluation:
             raise RuntimeError(f"evaluation failed for all {len(jobs)} peers on workers") from next(
                 iter(failed.values())
             )
-        return result.ordered(jobs), failed
+        return result.ordered(jobs), failed, list(result.workers.values())
 
     @property
     def size(self) -> int:
