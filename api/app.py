@@ -25,7 +25,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
-from api import routes_ops, routes_peers, routes_trends, routes_windows, server
+from api import routes_ops, routes_peers, routes_trends, routes_windows, routes_workers, server
 from api.deps import AppState, build_state
 from api.events import relay_events
 from api.http import SecurityHeadersMiddleware, install_error_handlers
@@ -84,6 +84,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     app.include_router(routes_peers.router)
     app.include_router(routes_windows.router)
     app.include_router(routes_trends.router)
+    app.include_router(routes_workers.router)
     app.include_router(routes_ops.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount("/docs-assets", StaticFiles(directory=SWAGGER_DIR), name="docs-assets")

@@ -181,12 +181,28 @@ class WeightSetOut(Schema):
     error: str | None
 
 
+class WorkerOut(Schema):
+    name: str = Field(description="w0, w1, ... on Ray; local: a replica in-process; in-process: no pool")
+    host: str = Field(description="the host it ran on ('' when unknown)")
+    pid: int | None
+    device: str = Field(description="e.g. cpu, cuda:0 ('' when unknown)")
+    peers: int = Field(description="peers it evaluated in the window")
+    seconds_per_peer: float | None = Field(description="mean LossScore seconds; null with no peers")
+    failures: int = Field(description="jobs that raised, and times the worker died, hung or was rebuilt")
+
+
+class WorkersNow(Schema):
+    window: int | None = Field(description="the newest committed window; null before the first")
+    workers: list[WorkerOut] = Field(description="who evaluated its peers; empty if none was recorded")
+
+
 class WindowDetail(Schema):
     summary: WindowSummaryOut
     heldout_seed: str
     config_digest: str
     code_version: str
-    timings: dict[str, Any]
+    timings: dict[str, Any] = Field(description="seconds per stage")
+    workers: list[WorkerOut] = Field(description="the evaluation workers and what each did")
     aggregate_digests: list[str]
     submissions: list[SubmissionOut]
     evaluations: list[EvaluationOut]

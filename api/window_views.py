@@ -21,9 +21,18 @@ from api.schemas import (
     WindowList,
     WindowSelection,
     WindowSummaryOut,
+    WorkerOut,
+    WorkersNow,
 )
 from storage.queries import list_windows, weight_sets, window_detail
-from storage.records import COMMITTED, EvaluationRecord, RatingRecord, SubmissionRecord
+from storage.records import (
+    COMMITTED,
+    WORKER_TIMINGS,
+    EvaluationRecord,
+    JsonMap,
+    RatingRecord,
+    SubmissionRecord,
+)
 
 M = TypeVar("M", bound=BaseModel)
 MAX_WINDOW = 2**31 - 1  # the column is a 32-bit integer: larger numbers cannot exist
@@ -73,6 +82,27 @@ def submission_out(s: SubmissionRecord) -> SubmissionOut:
     return public(SubmissionOut, s)
 
 
+def workers_out(timings: JsonMap) -> list[WorkerOut]:
+    """The evaluation workers a window recorded beside its stage timings (none before they were)."""
+    entries = timings.get(WORKER_TIMINGS)
+    if not isinstance(entries, list):
+        return []
+    # only the schema's fields: what a newer validator adds to an entry stays internal until named
+    return [WorkerOut.model_validate({n: e[n] for n in WorkerOut.model_fields if n in e}) for e in entries]
+
+
+def stage_timings(timings: JsonMap) -> dict[str, Any]:
+    return {k: v for k, v in timings.items() if k != WORKER_TIMINGS}
+
+
+def workers_now(session: Session, memo: WindowMemo, latest: int | None) -> WorkersNow:
+    """Who evaluated the newest committed window (`latest`, as the commit watcher last saw it)."""
+    stored = None if latest is None else load_window(session, memo, latest)
+    if stored is None:
+        return WorkersNow(window=None, workers=[])
+    return WorkersNow(window=latest, workers=workers_out(stored[1].timings))
+
+
 def window_list(session: Session, *, limit: int, before: int | None) -> WindowList:
     rows = list_windows(session=session, limit=limit, before=before)
     return WindowList(
@@ -91,7 +121,8 @@ def window_body(session: Session, memo: WindowMemo, window: int) -> WindowDetail
         heldout_seed=record.heldout_seed,
         config_digest=record.config_digest,
         code_version=record.code_version,
-        timings=dict(record.timings),
+        timings=stage_timings(record.timings),
+        workers=workers_out(record.timings),
         aggregate_digests=list(record.aggregate_digests),
         submissions=[submission_out(s) for s in record.submissions],
         evaluations=[evaluation_out(e) for e in record.evaluations],

@@ -33,6 +33,7 @@ from tests.api_fixtures import (
     tied_database,
     window_record,
 )
+from tests.worker_fixtures import on_two_workers
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -131,11 +132,25 @@ def test_without_redis_the_dashboard_polls_and_says_so(tmp_path: Path) -> None:
         expect(b.page.locator("#board-window")).to_have_text("after window 5")
         # The event stream opens (keep-alives only), but nothing relays events: not "live".
         expect(b.page.locator("#live")).to_have_attribute("data-state", "polling")
+        # the seeded windows were recorded before evaluation workers were: the panel says so
+        expect(b.page.locator("#workers tbody")).to_have_text("no workers recorded for this window")
         with session_scope(db.engine) as session:
-            commit_window(session=session, record=window_record(6))
+            commit_window(session=session, record=on_two_workers(window_record(6)))
         # No event is ever sent: only polling can show the new window.
         expect(b.page.locator("#board-window")).to_have_text("after window 6", timeout=15_000)
         expect(b.page.locator("#live")).to_have_attribute("data-state", "polling")
+        # The Workers panel lists window 6's two workers by name: where, peers, s/peer, failures.
+        rows = b.page.locator("#workers tbody tr")
+        expect(rows).to_have_count(2)
+        expect(b.page.locator("#workers-window")).to_have_text("window 6")
+        cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(2)]
+        assert cells == [
+            ["w0", "cuda:0 @ gpu-a", "2", "1.500", "0"],
+            ["w1", "cuda:0 @ gpu-b", "1", "1.250", "1"],
+        ]
+        assert rows.nth(1).locator("td.failures").count() == 1  # a lost worker stands out
+        assert rows.nth(0).locator("td").nth(1).get_attribute("title") == "pid 4242"
+        check_screenshot(b.screenshot("dashboard-workers", tmp_path), min_colours=6)
     db.engine.dispose()
     assert not b.problems, b.problems
 

@@ -130,7 +130,28 @@ function renderWindow(detail) {
   }
 }
 
+// Who evaluated the window's peers: one row per worker (one "in-process" row without a pool).
+function renderWorkers(detail) {
+  $("workers-window").textContent = `window ${detail.summary.window}`;
+  const tbody = $("workers").querySelector("tbody");
+  if (detail.workers.length === 0) { emptyRow(tbody, 5, "no workers recorded for this window"); return; }
+  tbody.replaceChildren();
+  for (const w of detail.workers) {
+    const row = document.createElement("tr");
+    row.dataset.worker = w.name;
+    cell(row, w.name);
+    const where = [w.device, w.host].filter((part) => part).join(" @ ");
+    cell(row, where || "–").title = w.pid === null ? "" : `pid ${w.pid}`;
+    cell(row, w.peers);
+    cell(row, w.seconds_per_peer === null ? "–" : fmt(w.seconds_per_peer, 3));
+    cell(row, w.failures, w.failures > 0 ? "failures" : "");
+    tbody.appendChild(row);
+  }
+}
+
 function renderNoWindows() {
+  $("workers-window").textContent = "";
+  emptyRow($("workers").querySelector("tbody"), 5, "no windows yet");
   $("window-title").textContent = "no windows yet";
   $("selection").replaceChildren();
   emptyRow($("submissions").querySelector("tbody"), 4, "no windows yet");
@@ -159,7 +180,7 @@ async function refresh() {
       renderNoWindows();
     } else {
       // The newest committed window: everything about it is decided (an open one is still empty).
-      const jobs = [getJson(`/v1/windows/${board.window}`).then(renderWindow)];
+      const jobs = [getJson(`/v1/windows/${board.window}`).then((d) => { renderWindow(d); renderWorkers(d); })];
       if (state.hotkey !== null) jobs.push(selectPeer(state.hotkey));
       await Promise.all(jobs);
     }
