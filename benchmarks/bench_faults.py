@@ -52,9 +52,9 @@ from tests.poison_fixtures import (
     upload,
 )
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
-from validator.logs import configure_logging
 from validator.round.loop import Judging, Round, WindowState
 from validator.service import Retry, serve
+from validator.telemetry.logs import configure_logging
 
 
 def reference_windows(root: Path, span: range, url: str | None) -> list[WindowRecord]:

@@ -34,6 +34,7 @@ from scoring.clipping import median_norms
 from scoring.corpus import generate_corpus
 from scoring.data import Dataset, batches, heldout_from_seed, window_seed
 from scoring.encoder import compress, encode_submission
+from scoring.eval_plan import EvalConfig
 from scoring.fingerprint import checkpoint_fingerprint
 from scoring.loss_score import LossScoreConfig, PeerEval, deterministic, mean_loss
 from scoring.model import ModelConfig, build_model
@@ -42,9 +43,8 @@ from scoring.wire import CodecConfig
 from storage.archive import LocalBlobStore, SubmissionArchive, sha256_hex
 from storage.checkpoints import checkpoint_key
 from storage.records import CheckpointRecord
-from validator.metrics import Metrics
-from validator.round.evaluation import EvalConfig
 from validator.state.global_model import decode_archived, model_bytes
+from validator.telemetry.metrics import Metrics
 from validator.workers.pool import LocalPool
 from validator.workers.replica import Replica
 from validator.workers.spec import BlobSpec, ReplicaPlan, WindowTask, WorkerJob, WorkerSpec

@@ -23,7 +23,7 @@ from storage.records import WindowRecord
 from tests.storage_fixtures import pg_cluster, wait_for_postgres
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
-from validator.events import EVENTS_CHANNEL
+from validator.telemetry.events import EVENTS_CHANNEL
 
 SCENARIO = "honest:3,lazy:1,malformed:1"
 FIRST = 1

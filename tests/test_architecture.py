@@ -70,3 +70,90 @@ def test_no_unsafe_deserializers_outside_tests() -> None:
         if (m := pattern.search(p.read_text()))
     ]
     assert not hits, hits
+
+
+# validator/ grouped by concern, lowest layer first: a package imports its own modules and lower
+# layers, never a higher one (the CLI, at the top, wires everything; the stores know nothing of rounds).
+LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(layer)
+    for layer in (
+        {"settings", "telemetry"},
+        {"stores"},
+        {"chain"},
+        {"state"},
+        {"workers"},
+        {"round"},
+        {"wiring", "service"},
+        {"demo"},
+        {"cli"},
+    )
+)
+MAX_TOP_LEVEL = 12
+
+
+def _unit(path: Path) -> str:
+    """The concern a validator module belongs to: its sub-package, or its own name at the top."""
+    return path.relative_to(ROOT / "validator").with_suffix("").parts[0]
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _validator_imports(path: Path) -> set[str]:
+    """Every `validator.…` module imported anywhere in the file, function-level imports included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("validator."))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("validator.")
+        ):
+            assert node.module is not None
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)  # `from pkg import module`
+    return found
+
+
+def test_validator_top_level_stays_small() -> None:
+    top = [p.name for p in (ROOT / "validator").iterdir() if p.name not in {"__init__.py", "__pycache__"}]
+    assert len(top) <= MAX_TOP_LEVEL, sorted(top)
+
+
+def test_validator_layers_never_import_upwards() -> None:
+    layer_of = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+    sources = _sources("validator")
+    units = {_unit(p) for p in sources if p.name != "__init__.py" or p.parent != ROOT / "validator"}
+    assert units <= layer_of.keys(), f"give these a layer: {sorted(units - layer_of.keys())}"
+    upward = []
+    for path in sources:
+        mine = layer_of.get(_unit(path))
+        for target in _validator_imports(path):
+            theirs = layer_of.get(target.split(".")[1])
+            if mine is not None and theirs is not None and theirs > mine:
+                upward.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not upward, upward
+
+
+def test_validator_has_no_import_cycle() -> None:
+    modules = {_module(p): p for p in _sources("validator")}
+    graph = {m: {t for t in _validator_imports(p) if t in modules and t != m} for m, p in modules.items()}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    cycles: list[str] = []
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                cycles.append(" -> ".join([*path[path.index(t) :], t]))
+            elif t not in state:
+                visit(t, [*path, t])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles

@@ -15,11 +15,11 @@ from scoring.ranking import Status
 from scoring.types import Reason
 from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.fetch.fetching import fetch_window
-from validator.fetch.peer_fetch import clear_spool, read_stream, spool_path
+from validator.round.fetching import fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
+from validator.stores.peer_fetch import clear_spool, read_stream, spool_path
 
 T0 = time.time() - 10
 WINDOW = 4

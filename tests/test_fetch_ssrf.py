@@ -19,11 +19,11 @@ from obstore.store import S3Store
 from scoring.ranking import Status
 from scoring.types import Reason
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.fetch.hostcheck import HostRefused, is_public, numeric_looking, pin_host
-from validator.fetch.peer_fetch import GENERIC, TIMED_OUT
-from validator.fetch.peer_http import HttpLimits, PeerHttp, StoreError
 from validator.stores.commitments import LocationError, LocationPolicy, StorageLocation, parse_location
+from validator.stores.hostcheck import HostRefused, is_public, numeric_looking, pin_host
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, open_store
+from validator.stores.peer_fetch import GENERIC, TIMED_OUT
+from validator.stores.peer_http import HttpLimits, PeerHttp, StoreError
 
 T0 = time.time() - 10
 LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)

@@ -13,7 +13,7 @@ from scoring.data import window_seed
 from scoring.ranking import Status
 from scoring.types import Reason
 from tests.fake_s3 import BlackHole, FakeObject, FakeS3, black_hole, serving
-from validator.fetch.fetching import fetch_window
+from validator.round.fetching import fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, fetch_order, object_key

@@ -16,7 +16,6 @@ import pytest
 from scoring.ranking import Status
 from scoring.types import Reason
 from tests.seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedServer, weed_binary
-from validator.fetch.peer_fetch import read_stream
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import (
     FetchConfig,
@@ -26,6 +25,7 @@ from validator.stores.objstore import (
     object_key,
     publish,
 )
+from validator.stores.peer_fetch import read_stream
 
 T0 = 1_700_000_000.0
 CONFIG = FetchConfig(

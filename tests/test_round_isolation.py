@@ -24,10 +24,10 @@ from scoring.types import Reason
 from tests.poison_fixtures import raising_decoder, raising_evaluator, random_file, register, upload
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
-from validator.logs import configure_logging
 from validator.round.loop import Judging, Round, WindowState, run_window
 from validator.service import Retry, serve
 from validator.state.global_model import GlobalModel
+from validator.telemetry.logs import configure_logging
 
 CANARY = "canary-7f3e9d1c-validator-secret"
 Logs = Callable[[], list[dict[str, Any]]]

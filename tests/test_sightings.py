@@ -12,12 +12,12 @@ from pydantic import SecretStr, ValidationError
 
 from scoring.ranking import Status
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.fetch.fetching import fetch_requests, fetch_window
-from validator.fetch.sightings import Sighting, Sightings
+from validator.round.fetching import fetch_requests, fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.settings import Settings
 from validator.stores.commitments import LocationPolicy, StorageLocation
 from validator.stores.objstore import FetchConfig, Fetcher, classify, object_key
+from validator.stores.sightings import Sighting, Sightings
 from validator.wiring import fetch_config
 
 CONFIG = FetchConfig(put_window_s=70.0, grace_s=5.0)

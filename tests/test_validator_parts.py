@@ -20,12 +20,12 @@ from storage.records import WeightSetRecord
 from validator.chain.protocol import WeightOutcome
 from validator.demo.sim.behaviours import BUILTIN
 from validator.demo.sim.plugins import load_plugin, parse_peers
-from validator.events import EVENTS_CHANNEL, LeaderLock, RedisEvents, connect
-from validator.metrics import Metrics
 from validator.round.publishing import SelectionPublisher, selection_key, verify_selection
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings, to_toml
 from validator.stores.commitments import StorageLocation
+from validator.telemetry.events import EVENTS_CHANNEL, LeaderLock, RedisEvents, connect
+from validator.telemetry.metrics import Metrics
 
 REDIS = "redis://127.0.0.1:6379/0"
 DEAD_REDIS = "redis://127.0.0.1:1/0"

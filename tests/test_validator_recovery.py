@@ -18,8 +18,8 @@ from tests.storage_fixtures import make_window
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
-from validator.fetch.fetching import read_targets
 from validator.round.checking import CheckConfig, reject_norm_outliers
+from validator.round.fetching import read_targets
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.service import Retry, serve
 from validator.settings import Settings

@@ -10,7 +10,7 @@ import pytest
 
 from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of
 from validator.demo.runner import DemoRunner
-from validator.metrics import Metrics
+from validator.telemetry.metrics import Metrics
 from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult
 from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement

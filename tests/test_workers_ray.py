@@ -24,7 +24,7 @@ from tests.worker_fixtures import (
     spec_of,
 )
 from validator.demo.runner import DemoRunner
-from validator.metrics import Metrics
+from validator.telemetry.metrics import Metrics
 from validator.workers.replica import Replica
 from validator.workers.spec import WindowTask, WorkerJob
 from validator.workers.stats import WORKERS_KEY

@@ -13,6 +13,7 @@ from pydantic import SecretBytes, SecretStr
 
 from scoring.checkpoint import load_checkpoint
 from scoring.data import MANIFEST_NAME, Dataset
+from scoring.eval_plan import EvalConfig
 from scoring.loss_score import LossScoreConfig
 from scoring.model import LlamaModel, ModelConfig, build_model, param_spec, select_device
 from scoring.ranking import RatingConfig
@@ -24,11 +25,8 @@ from storage import migrate
 from storage.archive import ArchiveConfig, BlobStore, LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from storage.db import make_engine
 from validator.chain.protocol import BLOCK_SECONDS, Chain, WindowConfig
-from validator.events import LeaderLock, NullEvents, RedisEvents, connect
-from validator.metrics import Metrics
 from validator.round.checking import CheckConfig
 from validator.round.config import RoundConfig
-from validator.round.evaluation import EvalConfig
 from validator.round.loop import Judging, Round, WindowState
 from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
@@ -37,6 +35,8 @@ from validator.settings import Settings
 from validator.state.ledger import Ledger
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, open_store
+from validator.telemetry.events import LeaderLock, NullEvents, RedisEvents, connect
+from validator.telemetry.metrics import Metrics
 from validator.workers.setup import start_remote
 
 

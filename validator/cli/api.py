@@ -11,8 +11,8 @@ import uvicorn
 
 from api.app import build_server, serve
 from api.settings import ApiConfig
-from validator.logs import configure_logging
 from validator.settings import Settings
+from validator.telemetry.logs import configure_logging
 
 
 def api_config(s: Settings, labels: Mapping[str, str] | None = None) -> ApiConfig:

@@ -20,7 +20,7 @@ from validator.demo.sim.behaviours import BUILTIN
 from validator.demo.sim.context import Behaviour
 from validator.demo.sim.plugins import load_plugin, parse_peers
 from validator.demo.summary import DemoSummary, leaderboard_lines, window_line
-from validator.logs import configure_logging
+from validator.telemetry.logs import configure_logging
 
 DEFAULT_PEERS = "honest:4,lazy:1,copycat:1,noise:1,malformed:1"
 MAX_PEERS = 255  # a subnet has 256 uids and the validator holds uid 0

@@ -25,9 +25,9 @@ from storage import migrate
 from storage.db import make_engine
 from validator.cli.common import sqlite_file
 from validator.cli.ops import load_settings
-from validator.events import connect
 from validator.settings import Settings
 from validator.stores.objstore import open_store
+from validator.telemetry.events import connect
 from validator.wiring import blob_store, bucket, chain_for, load_model
 
 Status = Literal["ok", "warn", "FAIL"]

@@ -25,11 +25,11 @@ from validator.cli.common import (
     sqlite_file,
     store_of,
 )
-from validator.logs import configure_logging
-from validator.metrics import Metrics
 from validator.round.loop import Round, WindowState
 from validator.service import install_sigterm, serve
 from validator.settings import Settings
+from validator.telemetry.logs import configure_logging
+from validator.telemetry.metrics import Metrics
 from validator.wiring import ChainLink, build_round, chain_for, load_model
 
 db_app = typer.Typer(no_args_is_help=True, help="Database migrations (Alembic).")

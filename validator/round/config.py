@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pydantic import SecretBytes
 
 from scoring.consensus import OUTER_LR
+from scoring.eval_plan import EvalConfig
 from validator.chain.protocol import WindowConfig
 from validator.round.checking import CheckConfig
-from validator.round.evaluation import EvalConfig
 from validator.round.rating import RankingConfig
 
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 import torch
 
-from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
+from scoring.data import Dataset, batches, heldout_from_seed
+from scoring.eval_plan import EvalConfig, own_batches
 from scoring.loss_score import (
     Batches,
     LossScoreConfig,
@@ -23,7 +24,7 @@ from scoring.loss_score import (
 )
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
-from scoring.sampling import History, SamplingConfig, sample_for_evaluation
+from scoring.sampling import History, sample_for_evaluation
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
@@ -48,24 +49,6 @@ class Evaluator(Protocol):
         cfg: LossScoreConfig,
         loss_before: float | None = None,
     ) -> list[PeerEval]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class EvalConfig:
-    public_seed: str = "gauntlet"
-    pages_per_peer: int = 16
-    eval_pages: int = 8
-    heldout_pages: int = 8
-    batch_size: int = 8
-    budget: int = 256
-    loss: LossScoreConfig = LossScoreConfig()
-    sampling: SamplingConfig = SamplingConfig()
-
-    def __post_init__(self) -> None:
-        if min(self.pages_per_peer, self.eval_pages, self.heldout_pages, self.batch_size) < 1:
-            raise ValueError("page counts and batch size must be positive")
-        if self.budget < 0:
-            raise ValueError("budget must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,15 +94,6 @@ def heldout(setup: EvalSetup) -> HeldOut:
     data = batches(dataset, pages, cfg.batch_size)
     with deterministic(next(setup.model.parameters()).device):  # the same kernels as the per-peer losses
         return HeldOut(data, mean_loss(setup.model, data))
-
-
-def _own_batches(setup: EvalSetup, uid: int) -> list[torch.Tensor]:
-    cfg = setup.cfg
-    assigned = assigned_pages(
-        setup.window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=setup.dataset
-    )
-    sample = eval_sample(setup.seed.hex, uid, assigned=assigned, k=cfg.eval_pages)
-    return batches(setup.dataset, sample, cfg.batch_size)
 
 
 def evaluate_window(
@@ -175,7 +149,8 @@ def _evaluate_chosen(
     jobs = []
     for p in chosen:
         assert p.update is not None
-        jobs.append(PeerJob(p.uid, p.update.params, partial(_own_batches, setup, p.uid)))
+        load = partial(own_batches, setup.dataset, setup.window, p.uid, setup.seed.hex, setup.cfg)
+        jobs.append(PeerJob(p.uid, p.update.params, load))
     run = partial(
         setup.evaluator,
         setup.model,

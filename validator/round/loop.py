@@ -27,12 +27,10 @@ from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
 from storage.records import WindowRecord
 from validator.chain.protocol import BLOCK_SECONDS, Chain
-from validator.events import Events, NullEvents
-from validator.fetch.fetching import fetch_window, read_targets
-from validator.metrics import Metrics
 from validator.round.checking import Decoder, EagerDecoder, Judge, file_judge
 from validator.round.config import RoundConfig
 from validator.round.evaluation import Evaluator
+from validator.round.fetching import fetch_window, read_targets
 from validator.round.outcomes import PeerWindow
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.publishing import SelectionPublisher, selection_document
@@ -44,6 +42,8 @@ from validator.state.global_model import GlobalModel
 from validator.state.ledger import Ledger
 from validator.stores.commitments import LocationPolicy
 from validator.stores.objstore import Fetcher
+from validator.telemetry.events import Events, NullEvents
+from validator.telemetry.metrics import Metrics
 from validator.workers.stats import WORKERS_KEY, summary
 
 if TYPE_CHECKING:  # the workers import the round's evaluation config

@@ -17,7 +17,6 @@ from scoring.loss_score import evaluate_peers
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState, Status
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
-from validator.metrics import Metrics
 from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
 from validator.round.outcomes import PeerTarget, PeerWindow
@@ -27,6 +26,7 @@ from validator.round.stages import Stages
 from validator.round.window import WindowSeed
 from validator.state.ledger import Ledger
 from validator.stores.objstore import FetchResult
+from validator.telemetry.metrics import Metrics
 
 FIELDS = ("status", "reason", "score", "indicator", "mu", "sigma", "final", "selected")
 

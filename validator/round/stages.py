@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import structlog
 
-from validator.metrics import Metrics, StageTimer
+from validator.telemetry.metrics import Metrics, StageTimer
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

@@ -15,9 +15,9 @@ from scoring.ranking import RatingState
 from scoring.weights import WeightPolicy
 from storage.records import WeightSetRecord
 from validator.chain.protocol import Chain, WeightOutcome
-from validator.events import LeaderLock
-from validator.metrics import Metrics
 from validator.round.rating import weights_for
+from validator.telemetry.events import LeaderLock
+from validator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ for everything else. Two forms:
 - `http://` and loopback/private hosts (numeric spellings in any base, single-label names) are
   refused unless `LocationPolicy` allows them (the validator would otherwise fetch whatever internal
   address a peer names); `file://` likewise. Names are resolved and checked again at fetch time
-  (validator/fetch/hostcheck.py).
+  (validator/stores/hostcheck.py).
 
 Example: `https://0123abcd:s3cr3t@acc.r2.cloudflarestorage.com/gauntlet-5f3a?region=auto`.
 """
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
-from validator.fetch.hostcheck import is_dotted_quad, is_public, numeric_looking
+from validator.stores.hostcheck import is_dotted_quad, is_public, numeric_looking
 
 MAX_COMMITMENT_CHARS = 512
 

@@ -25,10 +25,8 @@ import structlog
 from obstore.store import LocalStore, S3Store
 
 from scoring.types import Reason
-from validator.fetch.peer_fetch import Headed, failed, get_step, head_step, probe
-from validator.fetch.peer_http import HttpLimits, PeerHttp
-from validator.fetch.sightings import Poller, Sightings
-from validator.fetch.types import (
+from validator.stores.commitments import StorageLocation
+from validator.stores.fetch_types import (
     FetchConfig,
     FetchRequest,
     FetchResult,
@@ -36,7 +34,9 @@ from validator.fetch.types import (
     object_key,
     put_end,
 )
-from validator.stores.commitments import StorageLocation
+from validator.stores.peer_fetch import Headed, failed, get_step, head_step, probe
+from validator.stores.peer_http import HttpLimits, PeerHttp
+from validator.stores.sightings import Poller, Sightings
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scoring.loss_score import PeerEval
-from validator.metrics import Metrics
+from validator.telemetry.metrics import Metrics
 from validator.workers.replica import Replica
 from validator.workers.spec import WindowTask, WorkerJob
 from validator.workers.stats import WorkerStats

@@ -18,7 +18,7 @@ import ray
 import structlog
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from validator.metrics import Metrics
+from validator.telemetry.metrics import Metrics
 from validator.workers.pool import PoolResult, WorkersLost
 from validator.workers.replica import Replica, StaleReplica, WorkerInfo
 from validator.workers.spec import WindowTask, WorkerJob, WorkerSpec

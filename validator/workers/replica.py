@@ -15,12 +15,12 @@ from functools import partial
 
 import torch
 
-from scoring.data import Dataset, assigned_pages, batches, eval_sample, heldout_from_seed
+from scoring.data import Dataset, batches, heldout_from_seed
+from scoring.eval_plan import own_batches
 from scoring.loss_score import Batches, PeerEval, PeerJob, evaluate_peers
 from scoring.model import build_model, select_device
 from storage.archive import SubmissionArchive
 from storage.checkpoints import AggregateStep, load_checkpoint
-from validator.round.evaluation import EvalConfig
 from validator.state.global_model import (
     GlobalModel,
     decode_archived,
@@ -47,14 +47,6 @@ def placement(devices: tuple[str, ...]) -> torch.device:
     if len(devices) != 1:
         raise ValueError(f"a replica spans one device for now, not {len(devices)}: {devices}")
     return select_device(devices[0])
-
-
-def own_batches(dataset: Dataset, window: int, uid: int, seed: str, cfg: EvalConfig) -> list[torch.Tensor]:
-    """The peer's evaluation batches: its assigned pages sampled with the window's secret seed."""
-    assigned = assigned_pages(
-        window, uid, public_seed=cfg.public_seed, n_pages=cfg.pages_per_peer, dataset=dataset
-    )
-    return batches(dataset, eval_sample(seed, uid, assigned=assigned, k=cfg.eval_pages), cfg.batch_size)
 
 
 class Replica:

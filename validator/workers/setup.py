@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scoring.eval_plan import EvalConfig
 from scoring.model import ModelConfig
 from scoring.wire import CodecConfig
-from validator.metrics import Metrics
-from validator.round.evaluation import EvalConfig
 from validator.settings import Settings
 from validator.state.ledger import Ledger
+from validator.telemetry.metrics import Metrics
 from validator.workers.pool import WorkerPool
 from validator.workers.remote import RemoteEvaluation
 from validator.workers.spec import BlobSpec, WorkerSpec

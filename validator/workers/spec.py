@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scoring.eval_plan import EvalConfig
 from scoring.model import ModelConfig
 from scoring.wire import CodecConfig
 from storage.archive import BlobStore, LocalBlobStore, ObjectBlobStore
 from storage.checkpoints import AggregateStep
 from storage.records import CheckpointRecord
-from validator.round.evaluation import EvalConfig
 from validator.stores.commitments import LocationPolicy, parse_location
 from validator.stores.objstore import open_store
 

@@ -7,7 +7,7 @@ Three layers keep that from reaching internal services:
 - resolution: a name is resolved and refused when any of its addresses is not public (loopback,
   private, link-local, CGNAT, multicast, reserved, unspecified, IPv4-mapped private);
 - pinning: the request then goes to the address that was checked (`PinnedHost`), so a second DNS
-  answer (rebinding) is never used. Redirects are not followed at all (validator/fetch/peer_http.py).
+  answer (rebinding) is never used. Redirects are not followed at all (validator/stores/peer_http.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 obstore's client follows redirects and resolves names on its own, so a peer's store could send the
 validator anywhere. Reads from peers go through httpx instead: the host is resolved and checked
-(validator/fetch/hostcheck.py), the connection goes to that checked address (TLS still verifies the
+(validator/stores/hostcheck.py), the connection goes to that checked address (TLS still verifies the
 certificate against the host name, through SNI), redirects are refused, compressed bodies are not
 decoded, and a body that arrives slower than a floor rate is abandoned. Requests are signed by
 obstore (presigned URLs) when the location carries credentials.
@@ -26,8 +26,8 @@ import obstore as obs
 from obstore.store import S3Store
 
 from scoring.types import Reason
-from validator.fetch.hostcheck import HostRefused, pin_host
 from validator.stores.commitments import StorageLocation
+from validator.stores.hostcheck import HostRefused, pin_host
 
 
 class StoreError(Exception):

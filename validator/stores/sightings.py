@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from validator.fetch.hostcheck import HostRefused
-from validator.fetch.peer_http import HttpLimits, PeerHttp, StoreError
-from validator.fetch.types import FetchRequest
+from validator.stores.fetch_types import FetchRequest
+from validator.stores.hostcheck import HostRefused
+from validator.stores.peer_http import HttpLimits, PeerHttp, StoreError
 
 log = structlog.get_logger(__name__)
 

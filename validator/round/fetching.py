@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from scoring.ranking import Status
 from scoring.types import Reason
 from validator.chain.protocol import Chain
-from validator.fetch.peer_fetch import clear_spool
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.stores.commitments import LocationError, LocationPolicy, parse_location
 from validator.stores.objstore import Fetcher, FetchRequest, FetchResult, object_key
+from validator.stores.peer_fetch import clear_spool
 
 
 def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:

@@ -2,7 +2,7 @@
 
 `file://` folders (the demo, tests) are read through obstore; S3 stores through `PeerHttp` (pinned,
 checked, no redirects). The timing evidence is the validator's own: a poller's first sighting of the
-version read (validator/fetch/sightings.py), or in a local subnet the folder's modification time, which
+version read (validator/stores/sightings.py), or in a local subnet the folder's modification time, which
 the simulation writes from its own clock. The store's `Last-Modified` decides only when there is no
 observation at all. Details that could map the validator's network (error texts, timings) go to the
 log; results carry a reason code and a generic sentence.
@@ -24,9 +24,7 @@ from obstore.store import S3Store
 
 from scoring.ranking import Status
 from scoring.types import Reason
-from validator.fetch.peer_http import Body, ObjectHead, PeerHttp, StoreError
-from validator.fetch.sightings import Sightings
-from validator.fetch.types import (
+from validator.stores.fetch_types import (
     FetchConfig,
     FetchRequest,
     FetchResult,
@@ -34,6 +32,8 @@ from validator.fetch.types import (
     object_key,
     put_end,
 )
+from validator.stores.peer_http import Body, ObjectHead, PeerHttp, StoreError
+from validator.stores.sightings import Sightings
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -75,9 +75,7 @@ async def head_step(
         request.hotkey, Status.OK, size=head.size, etag=head.etag, last_modified=head.last_modified
     )
     if head.size > config.max_bytes:
-        return _final(
-            seen, Status.INVALID, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}"
-        )
+        return _final(seen, Status.INVALID, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}")
     status, first_seen, resolution = _timing(request, head, config, sightings)
     seen = replace(seen, first_seen=first_seen, seen_resolution_s=resolution)
     if status is None:
