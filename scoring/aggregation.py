@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from scoring.clipping import clip_factors
+from scoring.consensus import OUTER_LR
 from scoring.types import SparseParam
 
 
@@ -27,7 +28,7 @@ def aggregate_into(
     params: Mapping[str, torch.Tensor],
     updates: Sequence[Mapping[str, SparseParam]],
     reference: Mapping[str, float],
-    outer_lr: float = 0.4,
+    outer_lr: float = OUTER_LR,
 ) -> dict[str, float]:
     """Apply the clipped mean of `updates` to `params` in place; returns the mean's norm per name.
 

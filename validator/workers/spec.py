@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scoring.consensus import OUTER_LR
 from scoring.eval_plan import EvalConfig
 from scoring.model import ModelConfig
 from scoring.wire import CodecConfig
@@ -61,7 +62,7 @@ class WorkerSpec:
     blobs: BlobSpec
     eval: EvalConfig
     codec: CodecConfig = CodecConfig()
-    outer_lr: float = 0.4
+    outer_lr: float = OUTER_LR
     devices: tuple[str, ...] = ("auto",)
     threads: int | None = 1  # torch threads per worker: one per CPU slot, so N workers fill N cores
 
