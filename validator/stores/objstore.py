@@ -36,7 +36,7 @@ from validator.stores.fetch_types import (
 )
 from validator.stores.peer_fetch import Headed, failed, get_step, head_step, probe
 from validator.stores.peer_http import HttpLimits, PeerHttp
-from validator.stores.sightings import Poller, Sightings
+from validator.stores.sightings import Poller, PollSchedule, Sightings
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
@@ -142,10 +142,13 @@ class Fetcher:
         if (old := self._pollers.pop(window, None)) is not None:
             old.stop()
         lead, end = self.config.poll_lead_s, put_end(put_start, self.config)
-        self._pollers[window] = Poller(
-            head, remote, self.limits(), start_at=put_start - lead, stop_at=end + lead,
-            interval_s=self.config.poll_interval_s, head_timeout_s=self.config.head_timeout_s,
-        ).start()  # fmt: skip
+        schedule = PollSchedule(
+            start_at=put_start - lead,
+            stop_at=end + lead,
+            interval_s=self.config.poll_interval_s,
+            head_timeout_s=self.config.head_timeout_s,
+        )
+        self._pollers[window] = Poller(head, remote, self.limits(), schedule).start()
 
     def observed(self, window: int) -> Sightings | None:
         """Stop watching `window` (and anything older) and return what the polls saw."""

@@ -60,20 +60,38 @@ class Sightings:
             return self._answered.get(hotkey)
 
 
+@dataclass(frozen=True, slots=True)
+class PollSchedule:
+    """When a poller runs (`start_at` to `stop_at`, wall clock), how often it starts a round of
+    HEADs, and how long one HEAD may take."""
+
+    start_at: float
+    stop_at: float
+    interval_s: float
+    head_timeout_s: float
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+
+
 class Poller:
-    """HEADs every request from `start_at` to `stop_at` (wall clock) on a daemon thread of its own."""
+    """HEADs every request over its schedule on a daemon thread of its own."""
 
     def __init__(
-        self, probe: HeadProbe, requests: Sequence[FetchRequest], limits: HttpLimits, *, start_at: float,
-        stop_at: float, interval_s: float, head_timeout_s: float, clock: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
-        if interval_s <= 0:
-            raise ValueError("interval_s must be > 0")
+        self,
+        probe: HeadProbe,
+        requests: Sequence[FetchRequest],
+        limits: HttpLimits,
+        schedule: PollSchedule,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.sightings = Sightings()
         self._probe, self._requests, self._limits = probe, list(requests), limits
-        self._start_at, self._stop_at, self._interval = start_at, stop_at, interval_s
+        self._schedule, self._clock = schedule, clock
         # a slow answer stretches the cycle (and so the resolution) instead of being thrown away
-        self._timeout, self._clock = head_timeout_s, clock
+        self._timeout = schedule.head_timeout_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gauntlet-poller", daemon=True)
 
@@ -95,9 +113,9 @@ class Poller:
 
     async def _poll(self) -> None:
         async with PeerHttp(self._limits, connections=len(self._requests)) as http:  # all at once
-            next_at = self._start_at
-            while await self._sleep_until(next_at) and self._clock() < self._stop_at:
-                next_at = self._clock() + self._interval
+            next_at = self._schedule.start_at
+            while await self._sleep_until(next_at) and self._clock() < self._schedule.stop_at:
+                next_at = self._clock() + self._schedule.interval_s
                 # one probe failing in a way nobody foresaw must not end the polling of every peer
                 await asyncio.gather(*(self._one(http, r) for r in self._requests), return_exceptions=True)
 
