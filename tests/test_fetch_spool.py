@@ -15,7 +15,7 @@ from scoring.ranking import Status
 from scoring.types import Reason
 from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.round.fetching import fetch_window
+from validator.round.fetching import PutWindow, fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
@@ -123,6 +123,6 @@ def test_a_window_fetch_clears_the_windows_before(tmp_path: Path) -> None:
     old.write_bytes(b"x")
     location = parse_location(f"file://{tmp_path}/peer", LocationPolicy.local())
     asyncio.run(publish(location, object_key(WINDOW, "hk1"), b"payload", mtime=T0 + 1))
-    peers = fetch_window(Fetcher(config), [PeerTarget(1, "hk1", location)], WINDOW, T0, 10.0)
+    peers = fetch_window(Fetcher(config), [PeerTarget(1, "hk1", location)], PutWindow(WINDOW, T0), 10.0)
     assert peers[0].fetch is not None and peers[0].fetch.path is not None
     assert not old.exists() and peers[0].fetch.path.read_bytes() == b"payload"

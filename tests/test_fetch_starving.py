@@ -13,7 +13,7 @@ from scoring.data import window_seed
 from scoring.ranking import Status
 from scoring.types import Reason
 from tests.fake_s3 import BlackHole, FakeObject, FakeS3, black_hole, serving
-from validator.round.fetching import fetch_window
+from validator.round.fetching import PutWindow, fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, fetch_order, object_key
@@ -99,7 +99,7 @@ def test_not_attempted_reaches_the_peer_window(store: FakeS3) -> None:
     one = FetchConfig(concurrency=1, head_timeout_s=0.6, allow_private_hosts=True)
     with holes(3) as stalled:
         targets = [PeerTarget(i, f"p{i}", http_location(h.port)) for i, h in enumerate(stalled)]
-        peers = fetch_window(Fetcher(one), targets, WINDOW, T0, deadline_s=1.0)
+        peers = fetch_window(Fetcher(one), targets, PutWindow(WINDOW, T0), deadline_s=1.0)
         assert [(p.status, p.reason) for p in peers][-1] == ("missing", Reason.NOT_ATTEMPTED)
 
 

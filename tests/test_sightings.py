@@ -12,7 +12,7 @@ from pydantic import SecretStr, ValidationError
 
 from scoring.ranking import Status
 from tests.fake_s3 import FakeObject, FakeS3, serving
-from validator.round.fetching import fetch_requests, fetch_window
+from validator.round.fetching import PutWindow, fetch_requests, fetch_window
 from validator.round.outcomes import PeerTarget
 from validator.settings import Settings
 from validator.stores.commitments import LocationPolicy, StorageLocation
@@ -69,7 +69,7 @@ def test_polls_decide_timing_whatever_last_modified_says(store: FakeS3) -> None:
     fetcher = Fetcher(config)
     fetcher.watch(window, fetch_requests(targets, window, base), base)
     time.sleep(max(0.0, base + 3.2 - time.time()))  # polls end at base + 2.7, before the forger
-    got = {p.hotkey: p for p in fetch_window(fetcher, targets, window, base, deadline_s=5.0)}
+    got = {p.hotkey: p for p in fetch_window(fetcher, targets, PutWindow(window, base), deadline_s=5.0)}
     assert fetcher.observed(window + 1) is not None  # this fetch started watching the next window
     assert {h: p.status for h, p in got.items()} == {
         "victim": "ok", "thief": "ok", "latecomer": "late", "forger": "late",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from scoring.ranking import Status
 from scoring.types import Reason
@@ -38,11 +39,18 @@ def _target(uid: int, hotkey: str, text: str | None, policy: LocationPolicy) -> 
         return PeerTarget(uid, hotkey, None, f"unusable hotkey: {e}", Reason.BAD_LOCATION)
 
 
+@dataclass(frozen=True, slots=True)
+class PutWindow:
+    """A window whose objects are fetched, and when its put window opened (wall clock)."""
+
+    window: int
+    put_start: float
+
+
 def fetch_window(
     fetcher: Fetcher,
     targets: Sequence[PeerTarget],
-    window: int,
-    put_start: float,
+    put: PutWindow,
     deadline_s: float,
     on_result: Callable[[FetchResult], None] | None = None,
     *,
@@ -54,6 +62,7 @@ def fetch_window(
     `seed` (the window's secret seed) shuffles the fetch order. Upload times come from the polls
     started at the previous window's fetch; this one starts those of window + 1, whose put window
     opens about `window_s` after this one's (when the fetcher polls at all)."""
+    window, put_start = put.window, put.put_start
     requests = fetch_requests(targets, window, put_start)
     fetcher.retain({r.location for r in requests})
     if fetcher.config.spool_dir is not None:  # the last window's aggregate is applied: its files are unused

@@ -30,7 +30,7 @@ from validator.chain.protocol import BLOCK_SECONDS, Chain
 from validator.round.checking import Decoder, EagerDecoder, Judge, file_judge
 from validator.round.config import RoundConfig
 from validator.round.evaluation import Evaluator
-from validator.round.fetching import fetch_window, read_targets
+from validator.round.fetching import PutWindow, fetch_window, read_targets
 from validator.round.outcomes import PeerWindow
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.publishing import SelectionPublisher, selection_document
@@ -163,9 +163,8 @@ def _fetch_and_decode(rnd: Round, ctx: WindowContext, judge: Judge) -> list[Peer
     deadline = rnd.cfg.fetch_deadline_s
     with EagerDecoder(judge, {t.hotkey: t.uid for t in targets}) as eager:
         # the order is the window's secret: stalling peers cannot arrange to be first
-        fetched = fetch_window(
-            rnd.fetcher, targets, ctx.window, put_start, deadline, on_result=eager, seed=ctx.seed.hex
-        )
+        put = PutWindow(ctx.window, put_start)
+        fetched = fetch_window(rnd.fetcher, targets, put, deadline, on_result=eager, seed=ctx.seed.hex)
         return eager.outcomes(fetched)
 
 
