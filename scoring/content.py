@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
@@ -53,21 +56,29 @@ def indices_v1(idx_bytes: npt.NDArray[np.generic], layout: ChunkLayout, cfg: Cod
     return _check_indices(idx, layout, cfg.chunk) or idx
 
 
+@dataclass(frozen=True, slots=True)
+class PackedValues:
+    """One parameter's value tensors as the file holds them (unchecked: a peer wrote them): 2-bit
+    codes packed four to a byte, the per-chunk scales and the codebook."""
+
+    codes: npt.NDArray[np.generic]
+    scale: npt.NDArray[np.generic]
+    lut: npt.NDArray[np.generic]
+
+    @classmethod
+    def of(cls, tensors: Mapping[str, npt.NDArray[np.generic]], name: str) -> PackedValues:
+        return cls(tensors[f"{name}.val"], tensors[f"{name}.scale"], tensors[f"{name}.lut"])
+
+
 def decode_param(
-    shape: tuple[int, ...],
-    layout: ChunkLayout,
-    idx: U16,
-    val_bytes: npt.NDArray[np.generic],
-    scale: npt.NDArray[np.generic],
-    lut: npt.NDArray[np.generic],
-    cfg: CodecConfig,
+    shape: tuple[int, ...], layout: ChunkLayout, idx: U16, packed: PackedValues, cfg: CodecConfig
 ) -> SparseParam | Verdict:
     """Check and dequantize checked in-chunk indices with their 2-bit codes, scales and codebook."""
-    codes_all = unpack2(val_bytes.astype(np.uint8, copy=False))
+    codes_all = unpack2(packed.codes.astype(np.uint8, copy=False))
     if bool(codes_all[layout.kept :].any()):
         return Verdict.reject(Reason.BAD_PADDING, "padding after the last value code is not zero")
-    scale16 = scale.astype(np.float16, copy=False)
-    lut32 = lut.astype(np.float32, copy=False)
+    scale16 = packed.scale.astype(np.float16, copy=False)
+    lut32 = packed.lut.astype(np.float32, copy=False)
     problem = _check_codebook(scale16, lut32, cfg)
     if problem is not None:
         return problem

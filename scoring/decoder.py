@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scoring.container import Data, Entry, Rejected, read_container, view
-from scoring.content import decode_param, indices_v1
+from scoring.content import PackedValues, decode_param, indices_v1
 from scoring.rice import decode_indices
 from scoring.signing import verify_signature
 from scoring.types import DecodeResult, ParamSpec, Reason, SparseParam, SparseUpdate, SubmissionMeta, Verdict
@@ -240,9 +240,7 @@ def _decode(
     out = (
         idx
         if isinstance(idx, Verdict)
-        else decode_param(
-            shape, layout, idx, tensors[f"{name}.val"], tensors[f"{name}.scale"], tensors[f"{name}.lut"], cfg
-        )
+        else decode_param(shape, layout, idx, PackedValues.of(tensors, name), cfg)
     )
     if isinstance(out, Verdict):
         raise Rejected(out.reason or "invalid", f"{name}: {out.detail}")
