@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -57,6 +57,18 @@ class _Call:
     started: float
 
 
+@dataclass(slots=True)
+class _Run:
+    """One window's evaluation in progress: the calls in flight, the jobs waiting, how many workers
+    each peer's job has ended, and what is settled so far."""
+
+    task: WindowTask
+    queue: deque[WorkerJob]
+    inflight: dict[Any, _Call] = field(default_factory=dict)
+    attempts: Counter[int] = field(default_factory=Counter)
+    out: PoolResult = field(default_factory=PoolResult)
+
+
 class RayPool:
     def __init__(
         self,
@@ -85,13 +97,13 @@ class RayPool:
         return [info.pid for info in ray.get([a.info.remote() for a in self.actors])]
 
     def evaluate(self, task: WindowTask, jobs: Sequence[WorkerJob]) -> PoolResult:
-        out, queue, attempts = PoolResult(), deque(jobs), Counter[int]()
+        run = _Run(task, deque(jobs))
+        out, queue, inflight = run.out, run.queue, run.inflight
         task_ref = ray.put(task)  # once per window: every job refers to it
-        inflight: dict[Any, _Call] = {}
         self.synced = [False] * self.size
         self.rebuilds = 0
         for slot in range(self.size):
-            self._sync(slot, task, inflight)
+            self._sync(slot, run)
         while queue or any(c.job is not None for c in inflight.values()):
             busy = {c.slot for c in inflight.values()}
             for slot in range(self.size):
@@ -102,39 +114,36 @@ class RayPool:
                 raise WorkersLost("no worker is syncing or evaluating")
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in ready:
-                self._settle(ref, inflight.pop(ref), task, inflight, queue, attempts, out)
+                self._settle(ref, inflight.pop(ref), run)
             for ref, call in list(inflight.items()):
                 limit = self.cfg.deadline_s if call.job is not None else self.cfg.sync_deadline_s
                 if _now() - call.started > limit:
                     del inflight[ref]
-                    self._lost(call, "hung", task, inflight, queue, attempts, out)
+                    self._lost(call, "hung", run)
         return out
 
-    def _sync(self, slot: int, task: WindowTask, inflight: dict[Any, _Call]) -> None:
-        inflight[self.actors[slot].sync.remote(task.plan)] = _Call(slot, None, _now())
+    def _sync(self, slot: int, run: _Run) -> None:
+        run.inflight[self.actors[slot].sync.remote(run.task.plan)] = _Call(slot, None, _now())
 
-    def _settle(
-        self, ref: Any, call: _Call, task: WindowTask, inflight: dict[Any, _Call],
-        queue: deque[WorkerJob], attempts: Counter[int], out: PoolResult,
-    ) -> None:  # fmt: skip
-        name = f"w{call.slot}"
+    def _settle(self, ref: Any, call: _Call, run: _Run) -> None:
+        name, out = f"w{call.slot}", run.out
         try:
             value = ray.get(ref, timeout=0)
         except (RayActorError, GetTimeoutError):
-            return self._lost(call, "died", task, inflight, queue, attempts, out)
+            return self._lost(call, "died", run)
         except RayTaskError as e:
             if call.job is None or isinstance(e.cause, StaleReplica):  # the worker's fault, not the peer's
-                return self._lost(call, "died", task, inflight, queue, attempts, out)
+                return self._lost(call, "died", run)
             out.failed[call.job.uid] = f"{type(e.cause).__name__}: {e.cause}"[:300]
             out.lost(self.metrics, name, "job")
             return None
         if call.job is None:
-            if value == task.plan.base:
+            if value == run.task.plan.base:
                 self.synced[call.slot] = True
                 self._place(call.slot, out)
             else:
                 log.warning("worker_fingerprint_mismatch", worker=name, got=str(value)[:12])
-                self._lost(call, "fingerprint", task, inflight, queue, attempts, out)
+                self._lost(call, "fingerprint", run)
             return None
         out.done(self.metrics, name, call.job.uid, value)
         return None
@@ -149,20 +158,17 @@ class RayPool:
                 return
         stats.placed(info.host, info.pid, info.device)
 
-    def _lost(
-        self, call: _Call, kind: str, task: WindowTask, inflight: dict[Any, _Call],
-        queue: deque[WorkerJob], attempts: Counter[int], out: PoolResult,
-    ) -> None:  # fmt: skip
+    def _lost(self, call: _Call, kind: str, run: _Run) -> None:
         """Replace the slot's actor with a fresh one; its job, if any, goes back to the queue."""
-        name = f"w{call.slot}"
+        name, out, queue, attempts = f"w{call.slot}", run.out, run.queue, run.attempts
         log.warning("worker_replaced", worker=name, kind=kind, uid=None if call.job is None else call.job.uid)
         out.lost(self.metrics, name, kind)
         self.rebuilds += 1
         if self.rebuilds > 3 * self.size:  # every replica failing is the validator's fault, not a peer's
             raise WorkersLost(f"{self.rebuilds} worker rebuilds in one window (last: {kind})")
-        for ref, other in list(inflight.items()):  # whatever else it had queued will not come back
+        for ref, other in list(run.inflight.items()):  # whatever else it had queued will not come back
             if other.slot == call.slot:
-                del inflight[ref]
+                del run.inflight[ref]
                 if other.job is not None:
                     queue.appendleft(other.job)
         if call.job is not None:
@@ -174,7 +180,7 @@ class RayPool:
         ray.kill(self.actors[call.slot], no_restart=True)
         self.actors[call.slot] = self._cls.remote(self.spec)
         self.synced[call.slot], self.placed[call.slot] = False, None
-        self._sync(call.slot, task, inflight)
+        self._sync(call.slot, run)
 
     def close(self) -> None:
         for actor in self.actors:
