@@ -30,7 +30,7 @@ NON_FIELD_VARS = {"GAUNTLET_CONFIG"}
 # local chain's dev key) mean nothing on a real subnet. Secrets never appear in it at all.
 COMMENTED_FIELDS = {
     "archive_url", "model_path", "burn_uid", "selection_location", "api_max_commit_age_s",
-    "local_validator_uri", "fetch_peer_budget_s",
+    "local_validator_uri", "fetch_peer_budget_s", "eval_ray_address",
 }  # fmt: skip
 # Credentials come from the environment or `*_FILE` files, never from the TOML file (0640).
 CREDENTIAL_FIELDS = {
