@@ -1,7 +1,8 @@
 """The GPU path, measured once on a CUDA host: LossScore in bf16 autocast on a ≈ 1B-parameter model,
 a large submission decoded and put on the device, and the evaluation through the worker pool.
 
-Run through `benchmarks/gpu_check.sh` (it installs the project when it is not importable). Figures:
+Run through `benchmarks/gpu_check.sh` (it installs the project when it is not importable), or
+`python -m benchmarks.gpu_check [--smoke]` from the repository's root. Figures:
 - LossScore: one peer's full evaluation (clip, sparse apply, three passes, exact restore) against its
   three bare forward passes on the same batches, best of several peers; peers per minute from the
   median evaluation; peak GPU memory.
@@ -16,11 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -176,8 +175,7 @@ def main() -> None:
     out["decode"] = decode_on_device(model)
     print(json.dumps(out["decode"]), flush=True)
     if not args.skip_workers:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from gpu_workers import workers_check
+        from benchmarks.gpu_workers import workers_check
 
         out["workers"] = workers_check(gpus)
     print(json.dumps(out))

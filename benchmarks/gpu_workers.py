@@ -10,15 +10,12 @@ its own device). Reports peers per minute for both and whether the evaluations a
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_scale, beside this file
-from bench_scale import make_window, results, timed
-
+from benchmarks.bench_scale import make_window, results, timed
 from scoring.model import ModelConfig
 from validator.workers.pool import LocalPool
 from validator.workers.replica import Replica
