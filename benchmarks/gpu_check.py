@@ -27,7 +27,15 @@ import torch
 from scoring.clipping import clip_factors, median_norms
 from scoring.decoder import Expected, decode_submission
 from scoring.encoder import compress, encode_submission
-from scoring.loss_score import LossScoreConfig, PeerJob, apply_sparse, evaluate_peer, mean_loss, restore
+from scoring.loss_score import (
+    Baseline,
+    LossScoreConfig,
+    PeerJob,
+    apply_sparse,
+    evaluate_peer,
+    mean_loss,
+    restore,
+)
 from scoring.model import LlamaModel, ModelConfig, build_model, count_parameters, param_spec
 from scoring.signing import dev_keypair
 from scoring.types import SparseParam
@@ -86,15 +94,13 @@ def loss_score(model: LlamaModel, peers: int, batch: int, seq: int) -> dict[str,
     held = [torch.randint(0, vocab, (batch, seq + 1), generator=gen)]
     updates = [codec_update(model, 100 + i) for i in range(peers)]
     reference = median_norms([{n: p.norm() for n, p in u.items()} for u in updates])
-    before = mean_loss(model, held)  # also the warm-up of the kernels
+    baseline = Baseline(held, mean_loss(model, held), reference, CFG)  # also warms the kernels up
     if DEVICE.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     bare, full = [], []
     for i, update in enumerate(updates):
         job = PeerJob(i, update, lambda: own)
-        evaluate = partial(
-            evaluate_peer, model, job, own, held, loss_before=before, reference=reference, cfg=CFG
-        )
+        evaluate = partial(evaluate_peer, model, job, own, baseline)
         bare.append(synced(lambda: [mean_loss(model, own), mean_loss(model, own), mean_loss(model, held)]))
         full.append(synced(evaluate))
     ratios = [f / b for f, b in zip(full, bare, strict=True)]
