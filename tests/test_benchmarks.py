@@ -42,3 +42,18 @@ def test_benchmark_quick_run_prints_a_json_line(
         assert figures["windows_equal_to_reference"] == figures["windows_committed"] == 2, figures
         assert figures["hostile_wrong_verdicts"] == 0, figures
         assert figures["poisoned_windows_committed"] == figures["poisoned_windows_run"], figures
+
+
+def test_gpu_check_runs_on_a_cpu(tmp_path: Path) -> None:
+    """gpu_check.sh runs only where a GPU is lent; its --smoke pass keeps the script in step with the
+    code it measures (a tiny model on the CPU, the worker part left to the Ray tests)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | {"HOME": str(tmp_path)}
+    args = ["--smoke", "--skip-workers", "--peers", "1", "--batch", "1", "--seq", "16"]
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["params"] > 0 and figures["decode"]["wire_bytes"] > 0, figures
+    assert figures["loss_score"]["ratio_to_three_forwards"] > 0, figures
