@@ -185,7 +185,7 @@ async def read_stream(
     """Stream a body (into `spool` when given); stop as soon as it would exceed the size HEAD reported."""
     with Body(size, spool) as body:
         async for chunk in response.stream(min_chunk_size=chunk_bytes):
-            body.add(memoryview(chunk))
+            await body.add(memoryview(chunk))
         return body.finish()
 
 

@@ -110,7 +110,7 @@ class PeerHttp:
                 raise StoreError(
                     Reason.FETCH_FAILED, f"body slower than the floor rate at {body.count} B"
                 ) from None
-            body.add(chunk)
+            await body.add(chunk)
 
 
 class Body:
@@ -137,14 +137,16 @@ class Body:
             if self._part is not None:
                 self._part.unlink(missing_ok=True)
 
-    def add(self, chunk: bytes | memoryview) -> None:
+    async def add(self, chunk: bytes | memoryview) -> None:
         """One more piece; a body longer than HEAD said is cut off (a changed object or a liar)."""
         if self.count + len(chunk) > self.size:
             raise StoreError(
                 Reason.FETCH_FAILED, f"body exceeds the {self.size} bytes HEAD reported", transient=True
             )
         if self._file is not None:
-            self._file.write(chunk)
+            # a worker thread writes: a disk throttling writeback must not stall the fetch loop, where
+            # every other peer's floor-rate timeout runs
+            await asyncio.to_thread(self._file.write, chunk)
         else:
             self._buffer += chunk
         self.count += len(chunk)
