@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of
 from validator.demo.runner import DemoRunner
+from validator.round.loop import Judging, Round, WindowState
+from validator.service import _reconnect, serve
+from validator.state.ledger import Ledger
 from validator.telemetry.metrics import Metrics
-from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult
+from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult, WorkerPool
 from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement
 from validator.workers.setup import start_pool, worker_spec
@@ -30,7 +37,8 @@ def test_a_replica_reproduces_every_committed_window(
     pool = LocalPool(replica, metrics)
     for window in WINDOWS:
         task, jobs = recorded_window(worker_run.round.ledger, window)
-        out = pool.evaluate(task, jobs)
+        # the replica measures the baseline loss itself: the validator's value is not needed
+        out = pool.evaluate(replace(task, loss_before=math.nan), jobs)
         assert not out.failed
         assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, window)
         local = out.workers["local"]
@@ -128,3 +136,36 @@ def test_settings_choose_in_process_or_workers(worker_run: DemoRunner) -> None:
         start_pool(s.model_copy(update={"eval_ray_address": "auto"}), spec)
     with pytest.raises(ValueError, match="dataset_path"):
         worker_spec(s.model_copy(update={"dataset_path": None}), spec.model, spec.eval, spec.codec)
+
+
+class _ClosedPool(LocalPool):
+    """A pool that only records that it was closed (a Ray pool would free its actors)."""
+
+    def __init__(self, name: str, closed: list[str]) -> None:
+        self.name, self.closed = name, closed
+
+    def close(self) -> None:
+        self.closed.append(self.name)
+
+
+def test_a_replaced_or_stopped_round_closes_its_workers() -> None:
+    closed: list[str] = []
+
+    def round_of(name: str) -> Round:
+        remote = RemoteEvaluation(cast(WorkerPool, _ClosedPool(name, closed)), cast(Ledger, None))
+        engine = SimpleNamespace(dispose=lambda: None)
+        lock = SimpleNamespace(release=lambda: None)
+        fake = SimpleNamespace(
+            ledger=SimpleNamespace(engine=engine),
+            judging=Judging(remote=remote),
+            weigher=SimpleNamespace(lock=lock),
+        )
+        return cast(Round, fake)
+
+    old, new, state = round_of("old"), round_of("new"), cast(WindowState, None)
+    got, _ = _reconnect(old, state, lambda r, s: (new, s), threading.Event(), 0.0)
+    assert got is new and closed == ["old"]  # the rebuilt round's workers replace the old ones
+    stop = threading.Event()
+    stop.set()
+    assert serve(new, state, stop=stop, reconnect=lambda r, s: (r, s)) == 0
+    assert closed == ["old", "new"]

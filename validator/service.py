@@ -103,6 +103,7 @@ def serve(
             )
     finally:
         rnd.weigher.lock.release()
+        _close_remote(rnd)
     return committed
 
 
@@ -118,5 +119,17 @@ def _reconnect(
             continue
         if new.ledger is not rnd.ledger:
             rnd.ledger.engine.dispose()
+        if new.judging.remote is not rnd.judging.remote:
+            _close_remote(rnd)  # the rebuilt round started its own workers: the old pool would leak
         return new, restored
     return rnd, state
+
+
+def _close_remote(rnd: Round) -> None:
+    """Shut down `rnd`'s evaluation workers (a Ray pool holds actors and their devices)."""
+    if rnd.judging.remote is None:
+        return
+    try:
+        rnd.judging.remote.close()
+    except Exception:  # a pool that cannot close cleanly must not stop the service or its retry
+        log.exception("remote_close_failed")

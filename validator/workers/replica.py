@@ -17,7 +17,7 @@ import torch
 
 from scoring.data import Dataset, batches, heldout_from_seed
 from scoring.eval_plan import own_batches
-from scoring.loss_score import Batches, PeerEval, PeerJob, evaluate_peers
+from scoring.loss_score import Batches, PeerEval, PeerJob, deterministic, evaluate_peers, mean_loss
 from scoring.model import build_model, select_device
 from storage.archive import SubmissionArchive
 from storage.checkpoints import AggregateStep, load_checkpoint
@@ -60,7 +60,8 @@ class Replica:
         self.dataset = Dataset.open(spec.dataset_path, seq_len=spec.seq_len)
         # Weights come from a checkpoint at the first sync; until then the replica is at no window.
         self.state = GlobalModel(build_model(spec.model, device=self.device), base="", window=-1)
-        self._heldout: tuple[str, Batches] | None = None
+        # the window's held-out batches and their loss before any update, by (seed, position)
+        self._heldout: tuple[tuple[str, int, str], Batches, float] | None = None
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(socket.gethostname(), os.getpid(), str(self.device))
@@ -89,7 +90,8 @@ class Replica:
     def _advance(self, steps: tuple[AggregateStep, ...] | list[AggregateStep]) -> None:
         """Apply stored windows' aggregates the way a restarted validator replays them."""
         for step in steps:
-            blobs = [self.archive.get(d) for d in step.content_digests if d is not None]
+            # read one at a time as replay_aggregates spools them: never every blob in memory at once
+            blobs = (self.archive.get(d) for d in step.content_digests if d is not None)
             try:
                 replay_aggregates(
                     self.state,
@@ -108,19 +110,28 @@ class Replica:
             raise StaleReplica(f"replica at {self.position}, job for window {job.window}")
         update = decode_archived(self.archive.get(job.content_digest), self.state.model, self.spec.codec)
         load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
+        heldout, loss_before = self._heldout_of(task.heldout_seed)
         results = evaluate_peers(
             self.state.model,
             [PeerJob(job.uid, update, load)],
-            self._heldout_batches(task.heldout_seed),
+            heldout,
             reference=task.reference,
             cfg=self.spec.eval.loss,
-            loss_before=task.loss_before,
+            loss_before=loss_before,
         )
         return results[0]
 
-    def _heldout_batches(self, seed: str) -> Batches:
-        if self._heldout is None or self._heldout[0] != seed:
+    def _heldout_of(self, seed: str) -> tuple[Batches, float]:
+        """The held-out batches and the model's loss on them before any update, once per window.
+
+        Measured here, on this replica's device, not taken from the validator: a peer's score compares
+        losses, and both sides must come from the same device and kernels (on CPU the validator's
+        value is reproduced bit for bit: same weights, batches and deterministic kernels)."""
+        key = (seed, *self.position)
+        if self._heldout is None or self._heldout[0] != key:
             cfg = self.spec.eval
             pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=self.dataset)
-            self._heldout = (seed, batches(self.dataset, pages, cfg.batch_size))
-        return self._heldout[1]
+            data = batches(self.dataset, pages, cfg.batch_size)
+            with deterministic(self.device):  # as the validator's `heldout`
+                self._heldout = (key, data, mean_loss(self.state.model, data))
+        return self._heldout[1], self._heldout[2]

@@ -90,8 +90,10 @@ class ReplicaPlan:
 
 @dataclass(frozen=True, slots=True)
 class WindowTask:
-    """A window's shared inputs: the replica plan, the recorded held-out seed, the held-out loss
-    before any update (computed once by the validator) and the clip reference."""
+    """A window's shared inputs: the replica plan, the recorded held-out seed, the validator's
+    held-out loss before any update and the clip reference. Replicas measure that loss again on
+    their own device (the score compares it with losses they compute); the validator's value is
+    kept for the record and for comparison."""
 
     plan: ReplicaPlan
     heldout_seed: str
