@@ -43,9 +43,10 @@ def sample_blocks(
     offset = 0
     step = cfg.block_chunks * cfg.topk
     for name in sorted(update):
-        kept = update[name].indices.numel()
+        param = update[name]  # once: on a spooled update each read decodes the whole parameter
+        kept = param.indices.numel()
         candidates.extend((name, a, min(a + step, kept), offset) for a in range(0, kept, step))
-        offset += update[name].numel
+        offset += param.numel
     sizes = np.array([z - a for _, a, z, _ in candidates], dtype=np.float64)
     if not candidates:
         return []
