@@ -8,7 +8,7 @@ always equals what the database says happened (DESIGN.md §9).
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,13 +83,16 @@ def stored_archived(
 
 def replay_aggregates(
     state: GlobalModel,
-    steps: Sequence[tuple[Sequence[str], Sequence[bytes], Mapping[str, float]]],
+    steps: Iterable[tuple[Sequence[str], Iterable[bytes], Mapping[str, float]]],
     *,
     outer_lr: float,
     codec: CodecConfig,
     on_step: Callable[[int], None] = lambda _: None,
 ) -> None:
-    """Advance `state` by stored windows: (payload digests, archived bytes, clip reference) each."""
+    """Advance `state` by stored windows: (payload digests, archived bytes, clip reference) each.
+
+    The bytes may come lazily: each blob goes to its file before the next is read, so a window costs
+    one archived submission in memory, not all of them."""
     for digests, blobs, reference in steps:
         with tempfile.TemporaryDirectory(prefix="gauntlet-replay-") as folder:
             updates = [
