@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -17,6 +19,7 @@ from storage.archive import LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.round.fetching import PutWindow, fetch_window
 from validator.round.outcomes import PeerTarget
+from validator.stores import peer_http
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
 from validator.stores.peer_fetch import clear_spool, read_stream, spool_path
@@ -43,6 +46,35 @@ def test_a_spooled_body_is_a_file_of_exactly_its_bytes(tmp_path: Path) -> None:
     assert asyncio.run(read_stream(_Response([b"abc", b"de"]), 5, spool=target)) == target
     assert target.read_bytes() == b"abcde"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.safetensors"]
+
+
+class _ThreadNoting:
+    """A spool file that notes which thread wrote each piece."""
+
+    def __init__(self, file: BinaryIO, threads: list[int]) -> None:
+        self.file, self.threads = file, threads
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.threads.append(threading.get_ident())
+        return self.file.write(data)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def test_spool_writes_leave_the_event_loop_free(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write stalled by disk writeback must not stall the loop, where every peer's rate timeout runs."""
+    threads: list[int] = []
+
+    def noting(path: Path, mode: str) -> _ThreadNoting:
+        assert mode == "wb"
+        return _ThreadNoting(path.open("wb"), threads)  # Body closes it, as its own file
+
+    monkeypatch.setattr(peer_http, "open", noting, raising=False)  # Body's open, not the builtin
+    target = tmp_path / "one.safetensors"
+    assert asyncio.run(read_stream(_Response([b"abc", b"de"]), 5, spool=target)) == target
+    assert target.read_bytes() == b"abcde"
+    assert len(threads) == 2 and threading.get_ident() not in threads  # the loop runs on this thread
 
 
 @pytest.mark.parametrize("chunks", [[b"abc", b"def"], [b"ab"]])
