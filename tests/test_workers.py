@@ -12,6 +12,7 @@ from typing import cast
 
 import pytest
 
+from storage.records import WORKER_TIMINGS
 from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of
 from validator.demo.runner import DemoRunner
 from validator.round.loop import Judging, Round, WindowState
@@ -21,9 +22,9 @@ from validator.telemetry.metrics import Metrics
 from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult, WorkerPool
 from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement
-from validator.workers.setup import start_pool, worker_spec
+from validator.workers.setup import _check_fits, start_pool, worker_spec
 from validator.workers.spec import BlobSpec, WorkerJob
-from validator.workers.stats import IN_PROCESS, WORKERS_KEY
+from validator.workers.stats import IN_PROCESS
 
 
 def test_a_replica_reproduces_every_committed_window(
@@ -97,7 +98,7 @@ def test_the_in_process_round_records_itself_as_one_worker(worker_run: DemoRunne
     for window in WINDOWS:
         record = worker_run.round.ledger.window_detail(window)
         assert record is not None
-        (worker,) = record.timings[WORKERS_KEY]
+        (worker,) = record.timings[WORKER_TIMINGS]
         assert worker["name"] == IN_PROCESS and worker["pid"] == os.getpid() and worker["device"] == "cpu"
         assert (worker["peers"], worker["failures"]) == (len(record.evaluations), 0)
         per_peer = sum(e.timings["total_s"] for e in record.evaluations) / len(record.evaluations)
@@ -169,3 +170,12 @@ def test_a_replaced_or_stopped_round_closes_its_workers() -> None:
     stop.set()
     assert serve(new, state, stop=stop, reconnect=lambda r, s: (r, s)) == 0
     assert closed == ["old", "new"]
+
+
+def test_a_pool_larger_than_the_cluster_is_refused_at_start() -> None:
+    _check_fits(2, 2.0, 16.0)  # a GPU each
+    _check_fits(2, None, 2.0)  # a CPU slot each
+    with pytest.raises(ValueError, match="2 GPUs"):
+        _check_fits(3, 2.0, 16.0)
+    with pytest.raises(ValueError, match="2 CPU slots"):
+        _check_fits(3, None, 2.0)

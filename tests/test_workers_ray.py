@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from scoring.loss_score import PeerEval
+from storage.records import WORKER_TIMINGS
 from tests.worker_fixtures import (
     WINDOWS,
     committed_run,
@@ -27,7 +28,6 @@ from validator.demo.runner import DemoRunner
 from validator.telemetry.metrics import Metrics
 from validator.workers.replica import Replica
 from validator.workers.spec import WindowTask, WorkerJob
-from validator.workers.stats import WORKERS_KEY
 
 pytest.importorskip("ray")
 from validator.workers.ray_pool import PoolConfig, RayPool
@@ -134,6 +134,7 @@ def test_a_peer_that_keeps_killing_workers_fails_alone(ray_runtime: None, worker
     expected = {u: v for u, v in recorded(worker_run, 2).items() if u != 2}
     assert {uid: losses(ev) for uid, ev in out.evals.items()} == expected
     assert _failures(metrics, "died") == 2
+    assert pool.rebuilds == 0  # charged to the peer: hostile peers cannot spend the window's rebuild cap
 
 
 def test_the_demo_on_two_workers_commits_the_same_windows_through_a_kill(
@@ -157,7 +158,7 @@ def test_the_demo_on_two_workers_commits_the_same_windows_through_a_kill(
     for window in WINDOWS:  # each window records both workers, the peers they took and the kill
         record = run.round.ledger.window_detail(window)
         assert record is not None
-        workers = record.timings[WORKERS_KEY]
+        workers = record.timings[WORKER_TIMINGS]
         assert [w["name"] for w in workers] == ["w0", "w1"] and all(w["pid"] for w in workers)
         assert sum(w["peers"] for w in workers) == len(record.evaluations)
         assert sum(w["failures"] for w in workers) == (1 if window == 2 else 0)

@@ -25,7 +25,7 @@ from scoring.loss_score import evaluate_peers
 from scoring.model import param_spec
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
-from storage.records import WindowRecord
+from storage.records import WORKER_TIMINGS, WindowRecord
 from validator.chain.protocol import BLOCK_SECONDS, Chain
 from validator.round.checking import Decoder, EagerDecoder, Judge, file_judge
 from validator.round.config import RoundConfig
@@ -44,7 +44,7 @@ from validator.stores.commitments import LocationPolicy
 from validator.stores.objstore import Fetcher
 from validator.telemetry.events import Events, NullEvents
 from validator.telemetry.metrics import Metrics
-from validator.workers.stats import WORKERS_KEY, summary
+from validator.workers.stats import summary
 
 if TYPE_CHECKING:  # the workers import the round's evaluation config
     from validator.workers.remote import RemoteEvaluation
@@ -135,7 +135,7 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
     chosen = [updates[h] for h in scored.selection.gather]  # selection only picks valid peers
     digests = [u.digest for u in chosen]
     with stages("commit"):
-        timings = {**stages.seconds, WORKERS_KEY: summary(scored.workers)}  # who evaluated, how fast
+        timings = {**stages.seconds, WORKER_TIMINGS: summary(scored.workers)}  # who evaluated, how fast
         header = _header(ctx, timings, salvaged=stages.salvaged)
         record = window_record(header, scored, digests, rnd.cfg.ranking.rating)
         rnd.ledger.commit(record)

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 import structlog
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
 from validator.telemetry.metrics import Metrics
 from validator.workers.pool import PoolResult, WorkersLost
@@ -132,11 +132,15 @@ class RayPool:
         except (RayActorError, GetTimeoutError):
             return self._lost(call, "died", run)
         except RayTaskError as e:
-            if call.job is None or isinstance(e.cause, StaleReplica):  # the worker's fault, not the peer's
+            if isinstance(e.cause, StaleReplica):  # the pool's fault (a missed sync), not the peer's
+                return self._lost(call, "died", run, peer=False)
+            if call.job is None:
                 return self._lost(call, "died", run)
             out.failed[call.job.uid] = f"{type(e.cause).__name__}: {e.cause}"[:300]
             out.lost(self.metrics, name, "job")
             return None
+        except RayError:  # any other Ray failure (object lost, node died...): the worker is gone
+            return self._lost(call, "died", run)
         if call.job is None:
             if value == run.task.plan.base:
                 self.synced[call.slot] = True
@@ -158,20 +162,29 @@ class RayPool:
                 return
         stats.placed(info.host, info.pid, info.device)
 
-    def _lost(self, call: _Call, kind: str, run: _Run) -> None:
-        """Replace the slot's actor with a fresh one; its job, if any, goes back to the queue."""
+    def _lost(self, call: _Call, kind: str, run: _Run, *, peer: bool = True) -> None:
+        """Replace the slot's actor with a fresh one; its job, if any, goes back to the queue.
+
+        A worker lost during a peer's job is charged to that peer (`peer`; its attempts end at
+        `max_attempts`); any other loss (a sync, a wrong fingerprint, a stale replica) is the pool's
+        and counts toward the window's rebuild cap. Peers' losses must not: a few hostile peers would
+        otherwise fail the whole window."""
         name, out, queue, attempts = f"w{call.slot}", run.out, run.queue, run.attempts
         log.warning("worker_replaced", worker=name, kind=kind, uid=None if call.job is None else call.job.uid)
         out.lost(self.metrics, name, kind)
-        self.rebuilds += 1
-        if self.rebuilds > 3 * self.size:  # every replica failing is the validator's fault, not a peer's
-            raise WorkersLost(f"{self.rebuilds} worker rebuilds in one window (last: {kind})")
+        charged = peer and call.job is not None
+        if not charged:
+            self.rebuilds += 1
+            if self.rebuilds > 3 * self.size:  # every replica failing is the validator's fault
+                raise WorkersLost(f"{self.rebuilds} worker rebuilds in one window (last: {kind})")
         for ref, other in list(run.inflight.items()):  # whatever else it had queued will not come back
             if other.slot == call.slot:
                 del run.inflight[ref]
                 if other.job is not None:
                     queue.appendleft(other.job)
-        if call.job is not None:
+        if call.job is not None and not charged:
+            queue.appendleft(call.job)
+        elif call.job is not None:
             attempts[call.job.uid] += 1
             if attempts[call.job.uid] >= self.cfg.max_attempts:
                 out.failed[call.job.uid] = f"its evaluation ended {attempts[call.job.uid]} workers ({kind})"

@@ -59,7 +59,18 @@ def start_pool(s: Settings, spec: WorkerSpec, metrics: Metrics | None = None) ->
     resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
     gpus = float(resources.get("GPU", 0.0)) if s.device != "cpu" else 0.0
     cfg = PoolConfig(workers=s.eval_workers, gpus_per_worker=1.0 if gpus >= 1 else 0.0)
+    _check_fits(s.eval_workers, gpus if cfg.gpus_per_worker else None, float(resources.get("CPU", 0.0)))
     return RayPool(spec, cfg, metrics=metrics)
+
+
+def _check_fits(workers: int, gpus: float | None, cpus: float) -> None:
+    """Refuse a pool the cluster cannot place: Ray would wait for the missing actors' resources
+    (and the first sync would hang until its deadline) instead of saying so. Every actor takes one
+    CPU slot, and one GPU when `gpus` is not None."""
+    if gpus is not None and workers > gpus:
+        raise ValueError(f"eval_workers = {workers} but the Ray cluster has {gpus:g} GPUs (one each)")
+    if workers > cpus:
+        raise ValueError(f"eval_workers = {workers} but the Ray cluster has {cpus:g} CPU slots (one each)")
 
 
 def start_remote(

@@ -1,9 +1,10 @@
 """Who evaluated a window's peers: per worker, the peers it evaluated, their LossScore seconds and
 its failures, with where it ran (host, pid, device) when known.
 
-The window records this in its `timings` JSON under `WORKERS_KEY`, beside the stage seconds: it says
-how the window ran, not what it decided, so replay and the committed scores never read it. The API
-(a separate process that reads only the database) serves it and the dashboard lists it.
+The window records this in its `timings` JSON under `storage.records.WORKER_TIMINGS`, beside the
+stage seconds: it says how the window ran, not what it decided, so replay and the committed scores
+never read it. The API (a separate process that reads only the database) serves it and the dashboard
+lists it.
 
 No imports from the round: the round's evaluation stage imports this module, and the rest of
 `validator.workers` imports the round's evaluation config.
@@ -17,9 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from storage.records import WORKER_TIMINGS
-
-WORKERS_KEY = WORKER_TIMINGS
 IN_PROCESS = "in-process"  # the validator's own process, without a worker pool
 
 
