@@ -7,7 +7,7 @@ window, so a restarted process continues exactly where the database says it stop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -139,6 +139,9 @@ class Ledger:
             return next_base(before.base_fingerprint, before.aggregate_digests)
         return checkpoint_fingerprint(dict(model.named_parameters()))  # the very first checkpoint
 
+    def _archived(self, digests: Sequence[str | None]) -> Iterator[bytes]:
+        return (self.archive.get(d) for d in digests if d is not None)
+
     def model_at(self, model: LlamaModel, window: int, *, outer_lr: float, codec: CodecConfig) -> GlobalModel:
         """Load into `model` the global model at the start of `window` (checkpoint + aggregates)."""
         plan = self._tx(lambda s: rebuild_plan(session=s, window=window))
@@ -146,11 +149,17 @@ class Ledger:
         gm = GlobalModel(
             model, self._base_at_checkpoint(plan.checkpoint.window, model), plan.checkpoint.window
         )
-        steps = []
         for step in plan.steps:
             if None in step.content_digests:
                 raise LookupError(f"window {step.window}: an aggregated submission is not archived")
-            blobs = [self.archive.get(d) for d in step.content_digests if d is not None]
-            steps.append((step.aggregate_digests, blobs, step.clip_reference))
+        # lazily: each archived submission is read when its turn comes, one in memory at a time
+        steps = (
+            (
+                step.aggregate_digests,
+                (self.archive.get(d) for d in step.content_digests if d),
+                step.clip_reference,
+            )
+            for step in plan.steps
+        )
         replay_aggregates(gm, steps, outer_lr=outer_lr, codec=codec)
         return gm
