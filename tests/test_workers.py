@@ -134,7 +134,7 @@ def test_settings_choose_in_process_or_workers(worker_run: DemoRunner) -> None:
     assert start_pool(s, spec) is None  # eval_workers = 0: the in-process default
     assert spec.blobs.root is not None and Path(spec.blobs.root) == (Path(s.workdir) / "blobs").resolve()
     with pytest.raises(ValueError, match="eval_workers is 0"):
-        start_pool(s.model_copy(update={"eval_ray_address": "auto"}), spec)
+        type(s).model_validate(s.model_dump() | {"eval_ray_address": "auto"})
     with pytest.raises(ValueError, match="dataset_path"):
         worker_spec(s.model_copy(update={"dataset_path": None}), spec.model, spec.eval, spec.codec)
 

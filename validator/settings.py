@@ -159,6 +159,8 @@ class Settings(BaseSettings):
             raise ValueError("storage_host_suffixes: list trusted providers, or set allow_any_storage_host")
         if self.burn_uid is None and self.burn_share > 0:
             raise ValueError("burn_share needs burn_uid")
+        if self.eval_ray_address and self.eval_workers == 0:
+            raise ValueError("eval_ray_address is set but eval_workers is 0: say how many workers to start")
         if 0 < self.archive_retention_windows < 2 * self.checkpoint_every:
             # rebuilding the model needs the aggregated submissions since the last checkpoint
             raise ValueError("archive_retention_windows must be 0 or at least 2 × checkpoint_every")

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 import structlog
 import typer
+from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -29,6 +30,12 @@ def fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr naming the problem (and what to do), then exit: never a traceback."""
     typer.echo(f"error: {' '.join(message.split())}", err=True)
     raise typer.Exit(code)
+
+
+def invalid_configuration(e: ValidationError) -> NoReturn:
+    """A settings error as one line: each problem names its field; the values (maybe secrets) stay out."""
+    problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or 'settings'}: {p['msg']}" for p in e.errors())
+    fail(f"invalid configuration: {problems}")
 
 
 def db_error(e: SQLAlchemyError) -> str:

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from validator.cli.api import serve_in_thread
-from validator.cli.common import fail, port_in_use
+from validator.cli.common import fail, invalid_configuration, port_in_use
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.behaviours import BUILTIN
 from validator.demo.sim.context import Behaviour
@@ -100,7 +101,10 @@ def demo(
         fail(f"port {port} is in use: pass another --port, or --no-api")
     prepare_workdir(workdir, fresh=fresh)
     cfg = DemoConfig(behaviours, windows=windows, workdir=workdir, inner_steps=inner_steps, workers=workers)
-    runner = DemoRunner(cfg)
+    try:
+        runner = DemoRunner(cfg)
+    except ValidationError as e:  # the demo's settings take GAUNTLET_* overrides from the environment
+        invalid_configuration(e)
     labels = runner.network.behaviour_of()  # the dashboard and /v1/peers show each peer's behaviour
     server = None if no_api else serve_in_thread(runner.settings, "127.0.0.1", port, labels)
     summary = DemoSummary(runner.network.behaviour_of())

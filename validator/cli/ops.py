@@ -20,6 +20,7 @@ from validator.cli.common import (
     check_model_path,
     db_error,
     fail,
+    invalid_configuration,
     log_startup,
     open_dataset,
     sqlite_file,
@@ -40,9 +41,8 @@ def load_settings() -> Settings:
     """Settings from the environment and GAUNTLET_CONFIG; a bad value names its field and exits 1."""
     try:
         return Settings()
-    except ValidationError as e:  # each problem names its field; the values (maybe secrets) stay out
-        problems = "; ".join(f"{'.'.join(map(str, p['loc'])) or 'settings'}: {p['msg']}" for p in e.errors())
-        fail(f"invalid configuration: {problems}")
+    except ValidationError as e:
+        invalid_configuration(e)
     except ValueError as e:
         fail(f"invalid configuration: {e}")
 
