@@ -89,6 +89,14 @@ class RatingOut(Schema):
     final_score: float
     penalty: dict[str, Any]
     last_evaluated_window: int | None
+    evaluations: int = Field(0, description="windows in which the peer was evaluated")
+    positives: int = Field(0, description="evaluations whose own-data indicator was +1")
+    mean_margin: float = Field(0.0, description="mean relative own-data margin: the proof of training")
+    links: dict[str, float] = Field(
+        default_factory=dict,
+        description="per other hotkey, the evidence that their updates keep resembling each other "
+        "(a pair at or above the alarm, 0.08 by default, is aggregated at most once)",
+    )
 
 
 class PeerWindow(Schema):
@@ -218,6 +226,9 @@ class SelectedPeer(Schema):
     uid: int
     role: Role
     rank: int
+    weight: float | None = Field(
+        None, description="the update's coefficient in the outer step (gather peers; none: equal weights)"
+    )
     object_key: str | None
     etag: str | None
     version_id: str | None

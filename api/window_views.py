@@ -69,7 +69,14 @@ def public(model: type[M], record: object, **extra: Any) -> M:
 
 
 def rating_out(r: RatingRecord) -> RatingOut:
-    return public(RatingOut, r, penalty=dict(r.penalty))
+    """The stored rating with the inputs of the aggregation decision its state carries (states
+    stored before a field existed show its default)."""
+    n = int(r.state.get("evaluations", 0))
+    return public(
+        RatingOut, r, penalty=dict(r.penalty), evaluations=n, positives=int(r.state.get("positives", 0)),
+        mean_margin=float(r.state.get("margin_sum", 0.0)) / n if n else 0.0,
+        links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
+    )  # fmt: skip
 
 
 def evaluation_out(e: EvaluationRecord) -> EvaluationOut:
@@ -144,6 +151,8 @@ def selection_body(session: Session, memo: WindowMemo, window: int) -> WindowSel
         return None
     summary, record = stored
     subs = {s.hotkey: s for s in record.submissions}
+    # gather peers are aggregated in rank order, aligned with the recorded weights (none: equal)
+    weights = dict(enumerate(record.aggregate_weights))
     peers = []
     for sel in record.selections:
         sub = subs.get(sel.hotkey)
@@ -151,6 +160,7 @@ def selection_body(session: Session, memo: WindowMemo, window: int) -> WindowSel
             public(
                 SelectedPeer,
                 sel,
+                weight=weights.get(sel.rank) if sel.role == "gather" else None,
                 object_key=sub.object_key if sub else None,
                 etag=sub.etag if sub else None,
                 version_id=sub.version_id if sub else None,

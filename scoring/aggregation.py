@@ -29,19 +29,23 @@ def aggregate_into(
     updates: Sequence[Mapping[str, SparseParam]],
     reference: Mapping[str, float],
     outer_lr: float = OUTER_LR,
+    weights: Sequence[float] | None = None,
 ) -> dict[str, float]:
     """Apply the clipped mean of `updates` to `params` in place; returns the mean's norm per name.
 
-    With no updates the model is unchanged and the result is empty."""
+    `weights`: each clipped update's coefficient (scoring/selection.py) instead of 1/R. With no
+    updates the model is unchanged and the result is empty."""
     if outer_lr < 0:
         raise ValueError("outer_lr must be >= 0")
+    if weights is not None and (len(weights) != len(updates) or not all(w >= 0.0 for w in weights)):
+        raise ValueError("need one weight >= 0 per update")
     if not updates:
         return {}
     factors = [clip_factors(u, reference) for u in updates]
     norms: dict[str, float] = {}
     with torch.no_grad():
         for name, param in params.items():
-            mean = _mean_update(name, param.numel(), updates, factors)
+            mean = _mean_update(name, param.numel(), updates, factors, weights)
             param.view(-1).add_(mean.to(param.device, param.dtype), alpha=-outer_lr)
             norms[name] = float(torch.linalg.vector_norm(mean))
     return norms
@@ -52,12 +56,15 @@ def _mean_update(
     numel: int,
     updates: Sequence[Mapping[str, SparseParam]],
     factors: Sequence[Mapping[str, float]],
+    weights: Sequence[float] | None,
 ) -> torch.Tensor:
-    """(numel,) float32: Σ clipped updates / R, accumulated sparsely in the given order."""
+    """(numel,) float32: Σ clipped updates / R, or Σ weight × clipped update, accumulated sparsely
+    in the given order."""
     buf = torch.zeros(numel, dtype=torch.float32)
-    for update, factor in zip(updates, factors, strict=True):
+    for i, (update, factor) in enumerate(zip(updates, factors, strict=True)):
         p = update[name]
         if p.numel != numel:
             raise ValueError(f"{name}: update has {p.numel} elements, parameter {numel}")
-        buf.index_add_(0, p.indices, clipped_values(p, factor[name]))
-    return buf.div_(len(updates))
+        values = clipped_values(p, factor[name])
+        buf.index_add_(0, p.indices, values if weights is None else values * weights[i])
+    return buf if weights is not None else buf.div_(len(updates))

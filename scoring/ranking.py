@@ -16,10 +16,9 @@ Choices where the design leaves room (all configurable):
   bound (`proof_z`) of the +1 rate reaches `proof_rate`. On the demo honest peers scored +1 in only
   ~80 % of windows 3–6 while their mean margin stayed ≥ 0.045; a lazy peer is a coin flip with a
   margin around 0 (MEASURED.md). The margin carries the proof; the rate bars mostly −1 records;
-- a banned peer is still rated, but its final score is 0 until `window >= ban_until`;
-- a ban covers the window it was found in and the next `ban_windows − 1`;
-- a peer absent from the outcomes is inactive; after `inactive_reset_windows` it is dropped;
-- a uid that appears under a new hotkey, or a hotkey under a new uid, starts a fresh peer.
+- a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
+- a peer absent from the outcomes is inactive; after `inactive_reset_windows` it is dropped; a uid
+  that appears under a new hotkey, or a hotkey under a new uid, starts a fresh peer.
 """
 
 from __future__ import annotations
@@ -111,7 +110,8 @@ class PeerRating:
     inactive_windows: int = 0
     ban_until: int = 0  # banned while window < ban_until
     last_evaluated: int | None = None
-    final: float = 0.0
+    final: float = 0.0  # links: evidence this peer's updates keep resembling others' (scoring/links.py)
+    links: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def ordinal(self) -> float:
@@ -121,7 +121,7 @@ class PeerRating:
         return window < self.ban_until
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self) | {"links": dict(sorted(self.links.items()))}
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> PeerRating:

@@ -6,9 +6,12 @@ window reaches `gain_floor` × the median gain of the window's admissible peers 
 consensus). Everybody who passes is aggregated, up to `gather_peers`, best final
 score first: a rating at 0 among equals no longer throws proven honest work away, and a peer whose
 contribution is a small fraction of the consensus (a perturbed copy, half of a split update, a stale
-update) no longer dilutes the equal-weight mean. Of a pair of near-identical payloads whose upload
-order is unclear (`twins`) only one is aggregated: the better rated, then the smaller key; a group
-of three or more linked that way (colluders sharing a hidden direction) is left out entirely.
+update) no longer dilutes the mean. Each aggregated update is weighted by its measured contribution
+(`contribution_weights`): proven but weak honest work still counts, a little. Of a pair of
+near-identical payloads whose upload order is unclear, or of updates that keep resembling each
+other across windows (`twins`: unclear copy findings and scoring/links.py), only one is
+aggregated: the better rated, then the smaller key; a group of three or more linked that way
+(colluders sharing a hidden direction) is left out entirely.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ class SelectionConfig:
     # True: the update must also prove training this window; honest peers score -1 in ~20 % of the
     # demo's windows, so requiring it dropped proven honest work (measured with bench_fidelity)
     require_indicator: bool = False
+    # aggregation weight ∝ (gain ÷ median gain, at most 1) ** power: measured on the graded demo
+    # (bench_fidelity), power 1 left the final loss 4.1 % above honest-only, power 2 2.5 %
+    contribution_power: float = 2.0
 
     def __post_init__(self) -> None:
         if self.gather_peers < 1 or self.reserve_peers < 0 or self.max_negative_streak < 1:
             raise ValueError("need gather_peers >= 1, reserve_peers >= 0, max_negative_streak >= 1")
-        if not 0.0 <= self.gain_floor <= 1.0:
-            raise ValueError("need 0 <= gain_floor <= 1")
+        if not 0.0 <= self.gain_floor <= 1.0 or self.contribution_power < 0.0:
+            raise ValueError("need 0 <= gain_floor <= 1 and contribution_power >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +55,14 @@ class Candidate:
     indicator: int | None
     banned: bool = False
     neg_streak: int = 0
+    mass: float = 1.0  # the clipped update's norm ÷ the clip reference's, in (0, 1]
 
 
 @dataclass(frozen=True, slots=True)
 class Selection(Generic[K]):
     gather: tuple[K, ...]
     reserve: tuple[K, ...]
+    weights: tuple[float, ...] = ()  # each gathered update's coefficient in the outer step
 
 
 def select_aggregation(
@@ -67,7 +75,10 @@ def select_aggregation(
     gains = [c.gain for c in admissible if c.gain is not None]
     floor = cfg.gain_floor * median(gains) if gains else 0.0
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    for group in _clusters(twins):
+    # groups form among this window's candidates: a copier rejected as such (or absent) neither
+    # shields nor sinks the peer it resembles
+    present = {c.key for c in candidates}
+    for group in _clusters([(a, b) for a, b in twins if a in present and b in present]):
         members = sorted((k for k in group if k in kept), key=lambda k: (-kept[k].final, k))
         # a pair keeps its better member; three or more peers sharing one residual direction are a
         # colluding cluster (or a victim copied by several at once): none of them steers the model
@@ -75,7 +86,25 @@ def select_aggregation(
             del kept[k]
     ranked = sorted(kept.values(), key=lambda c: (-c.final, -(c.gain or 0.0), c.key))
     keys = [c.key for c in ranked]
-    return Selection(tuple(keys[: cfg.gather_peers]), tuple(keys[cfg.gather_peers :][: cfg.reserve_peers]))
+    gather = ranked[: cfg.gather_peers]
+    reserve = tuple(keys[cfg.gather_peers :][: cfg.reserve_peers])
+    return Selection(
+        tuple(c.key for c in gather),
+        reserve,
+        contribution_weights(gather, cfg, median(gains) if gains else 1.0),
+    )
+
+
+def contribution_weights(
+    gather: Sequence[Candidate], cfg: SelectionConfig, typical: float
+) -> tuple[float, ...]:
+    """Each gathered update's coefficient: its share w = min(1, gain ÷ typical) ** power, divided by
+    Σ w × mass. Equal full updates get 1/R as before; a weak update adds little (it no longer pulls
+    the mean towards itself), and a short one no longer shrinks the step either: it counts as the
+    fraction of an update its norm is. Weights follow measured held-out gain, not norm or indicator."""
+    shares = [min(1.0, max(c.gain or 0.0, 0.0) / typical) ** cfg.contribution_power for c in gather]
+    total = sum(w * min(max(c.mass, 1e-6), 1.0) for w, c in zip(shares, gather, strict=True))
+    return tuple(w / total for w in shares) if total > 0.0 else ()
 
 
 def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:

@@ -23,8 +23,7 @@ share is tiny. Exact duplicate payloads (equal digests) are reported with overla
 Calibration. Honest updates from the same base share many positions early in training (at one
 inner step honest pairs overlap ≈ 0.74; at twenty ≈ 0.18 from a random init), so a fixed overlap
 threshold flags honest peers. The tiers apply to a *copy strength*: the larger of
-- the overlap's excess over the window's typical pair, `(o − m) / (1 − m)`, m the median overlap
-  estimate over all pairs (`calibrate`), and
+- the overlap's excess over the window's typical pair, `(o − m) / (1 − m)`, m the median (`calibrate`);
 - the residual similarity of `scoring/similarity.py`, ≤ 0.07 for honest pairs in every window
   measured (even with half the window junk), ≥ 0.13 for noisy copies, blends and colluders;
   a pair below `similarity_floor` is never flagged by positions alone.
@@ -36,15 +35,14 @@ and `t_a < t_b` (equal times tie).
 When neither is clearly first the finding is *unclear*: nobody is penalised, and the selection
 aggregates only one of the two (an identical or near-identical payload never counts twice).
 
-The seed should be unpredictable to peers (e.g. derived from the window's secret seed), so a copier
-cannot concentrate copying outside the sampled chunks.
+The seed should be unpredictable to peers (the window's secret seed): copiers cannot dodge the sample.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 import numpy as np
@@ -74,6 +72,7 @@ class UniquenessConfig:
     ban_at: float = 0.6
     calibrate: bool = True  # tiers apply to the overlap's excess over the window's typical pair
     similarity_floor: float = 0.1  # a calibrated flag needs at least this residual similarity
+    resemblance_floor: float = 0.03  # pairs reported for the links across windows (scoring/links.py)
     # Sampling error depends on the number of blocks, not their size: 128 one-chunk blocks give
     # std ≤ 0.5/√128 ≈ 0.044 even for all-or-nothing copying per block, 4.5 std below the first
     # tier at the default margin; honest pairs estimate ≈ 0.01 ± 0.008 (sketch noise 1/√2^14).
@@ -137,21 +136,60 @@ class CopyFinding:
     clear: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class CopyCheck:
+    """A window's copy findings, plus what the links across windows need: the compared peers and
+    the pairs whose residual similarity reached `resemblance_floor` (hotkeys sorted in each pair)."""
+
+    findings: list[CopyFinding]
+    compared: tuple[str, ...] = ()
+    resemblances: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    first: Mapping[tuple[str, str], str] = field(default_factory=dict)  # who clearly uploaded first
+
+
 def find_copies(
     peers: Sequence[PeerPayload], cfg: UniquenessConfig = UniquenessConfig(), seed: int = 0
 ) -> list[CopyFinding]:
     """All duplicate-payload and copy findings of a window, sorted by (offender, other)."""
+    return examine_copies(peers, cfg, seed).findings
+
+
+def examine_copies(
+    peers: Sequence[PeerPayload], cfg: UniquenessConfig = UniquenessConfig(), seed: int = 0
+) -> CopyCheck:
+    """`find_copies`, with the window's resemblances (CopyCheck)."""
     findings = _duplicate_findings(peers, cfg)
     dup_pairs = {frozenset((f.offender, f.other)) for f in findings}
     rng = np.random.default_rng(seed)
     blocks = sample_blocks(peers[0].update, cfg, rng) if len(peers) >= 2 else []
     if not blocks:
-        return sorted(findings, key=lambda f: (f.offender, f.other))
+        return CopyCheck(sorted(findings, key=lambda f: (f.offender, f.other)))
     idx, val = sampled([p.update for p in peers], blocks)
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
     if len(peers) < 3:  # a pair alone is its own baseline and its own consensus: nothing to calibrate
-        similarity = np.zeros_like(similarity)
+        return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(similarity)))
+    flagged = _flagged(peers, cfg, findings, dup_pairs, estimates, similarity)
+    resembling: dict[tuple[str, str], float] = {}
+    first: dict[tuple[str, str], str] = {}
+    for i, j in zip(*np.nonzero(np.triu(similarity >= cfg.resemblance_floor, k=1)), strict=True):
+        pa, pb = sorted((peers[int(i)], peers[int(j)]), key=lambda p: p.hotkey)
+        resembling[(pa.hotkey, pb.hotkey)] = float(similarity[i, j])
+        if pa.clearly_before(pb) or pb.clearly_before(pa):
+            first[(pa.hotkey, pb.hotkey)] = pa.hotkey if pa.clearly_before(pb) else pb.hotkey
+    keys = tuple(sorted(p.hotkey for p in peers))
+    return CopyCheck(flagged, keys, dict(sorted(resembling.items())), dict(sorted(first.items())))
+
+
+def _flagged(
+    peers: Sequence[PeerPayload],
+    cfg: UniquenessConfig,
+    findings: list[CopyFinding],
+    dup_pairs: set[frozenset[str]],
+    estimates: npt.NDArray[np.float64],
+    similarity: npt.NDArray[np.float64],
+) -> list[CopyFinding]:
+    """The duplicate `findings` plus every pair whose copy strength reaches a tier, sorted."""
     baseline = _typical_overlap(estimates) if cfg.calibrate and len(peers) >= 3 else 0.0
     margin = cfg.candidate_margin
     pick = (_excess(estimates, baseline) >= cfg.halve_at - margin) | (similarity >= cfg.halve_at - margin / 2)

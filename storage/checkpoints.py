@@ -29,6 +29,7 @@ class AggregateStep:
     aggregate_digests: tuple[str, ...]
     content_digests: tuple[str | None, ...]  # archive keys, aligned with aggregate_digests
     clip_reference: dict[str, float]
+    weights: tuple[float, ...] = ()  # aligned with aggregate_digests; () equal weights
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,8 @@ def _step(session: Session, window: m.Window) -> AggregateStep:
     content = {payload: blob for payload, blob in rows}
     archived = tuple(content.get(d) for d in digests)
     reference = {str(k): float(v) for k, v in window.clip_reference.items()}
-    return AggregateStep(window.window, window.base_fingerprint, digests, archived, reference)
+    weights = tuple(float(w) for w in window.aggregate_weights or ())
+    return AggregateStep(window.window, window.base_fingerprint, digests, archived, reference, weights)
 
 
 def rebuild_plan(*, session: Session, window: int) -> RebuildPlan:

@@ -98,6 +98,7 @@ class Window(Base):
     timings: Mapped[dict[str, Any]]
     aggregate_digests: Mapped[list[Any]]
     clip_reference: Mapped[dict[str, Any]]
+    aggregate_weights: Mapped[list[Any] | None]  # aligned with aggregate_digests; None: equal weights
     # committed in salvage after repeated failures: stages were skipped, so replay cannot re-derive it
     salvaged: Mapped[bool] = mapped_column(server_default=false())
     opened_at: Mapped[datetime]

@@ -201,6 +201,7 @@ def window_detail(*, session: Session, window: int) -> WindowRecord | None:
         timings=w.timings,
         aggregate_digests=w.aggregate_digests,
         clip_reference=w.clip_reference,
+        aggregate_weights=w.aggregate_weights or (),
         salvaged=w.salvaged,
         **_children(session, window),
     )

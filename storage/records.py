@@ -201,6 +201,7 @@ class WindowRecord:
     timings: JsonMap = field(default_factory=dict)
     aggregate_digests: Sequence[str] = ()
     clip_reference: JsonMap = field(default_factory=dict)  # per-parameter median norm used to clip
+    aggregate_weights: Sequence[float] = ()  # each aggregated update's coefficient; () equal weights
     salvaged: bool = False  # stages that raised were skipped (validator/service.py): not replayable
     submissions: Sequence[SubmissionRecord] = ()
     evaluations: Sequence[EvaluationRecord] = ()
@@ -211,7 +212,7 @@ class WindowRecord:
 
     def __post_init__(self) -> None:
         _check_window(self.window)
-        for name in ("aggregate_digests", "submissions", "evaluations", "ratings"):
+        for name in ("aggregate_digests", "aggregate_weights", "submissions", "evaluations", "ratings"):
             _freeze(self, name)
         for name in ("penalties", "copy_pairs", "selections"):
             _freeze(self, name)

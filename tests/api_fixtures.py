@@ -87,6 +87,10 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
             bma=0.5,
             final_score=(n_peers - i) + window / 100,
             last_evaluated_window=window if i < 3 else None,
+            # the decision inputs the API reads from the stored state (scoring/ranking.py PeerRating)
+            state={"evaluations": 4, "positives": 3, "margin_sum": 0.4, "links": {hotkey(1): 0.12}}
+            if i == 0
+            else {},
         )
         for i in range(n_peers)
     ]
@@ -99,6 +103,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
         start_block=1000 + 115 * window,
         timings={"fetch": 1.0 + window / 10, "check": 0.5, "evaluate": 2.0 + window / 5, "commit": 0.25},
         aggregate_digests=[s.payload_digest or "" for s in subs[:2]],
+        aggregate_weights=[0.6, 0.4],
         submissions=subs,
         evaluations=evals,
         ratings=ratings,

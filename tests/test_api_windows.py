@@ -59,6 +59,9 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
         {"window": 5, "block": 9000, "uids": [0, 1], "weights": [0.75, 0.25], "outcome": "ok", "error": None}
     ]
     assert len(body["ratings"]) == N_PEERS and "state" not in body["ratings"][0]
+    first = next(r for r in body["ratings"] if r["uid"] == 0)
+    assert (first["evaluations"], first["positives"], first["mean_margin"]) == (4, 3, 0.1)
+    assert first["links"] == {hotkey(1): 0.12}
 
 
 def test_selection_pins_what_peers_aggregate(client: httpx.Client) -> None:
@@ -69,6 +72,7 @@ def test_selection_pins_what_peers_aggregate(client: httpx.Client) -> None:
     assert first["object_key"] == f"gauntlet/1/3/{hotkey(0)}.safetensors"
     assert first["payload_digest"] == f"{3:032x}{0:032x}" and first["etag"] == '"e3-0"'
     assert [p["role"] for p in body["peers"]] == ["gather", "gather", "reserve"]
+    assert [p["weight"] for p in body["peers"]] == [0.6, 0.4, None]  # the outer step's coefficients
 
 
 def test_committed_windows_are_cacheable_and_answer_304(client: httpx.Client) -> None:

@@ -177,7 +177,7 @@ def test_replayed_aggregates_from_stored_files_are_bit_identical() -> None:
     digests = [f"{i:064x}" for i in range(3)]
     a, b = GlobalModel(model_a, "0" * 64, 5), GlobalModel(model_b, "0" * 64, 5)
     a.advance(eager, digests, reference, 0.4)
-    replay_aggregates(b, [(digests, blobs, reference)], outer_lr=0.4, codec=CodecConfig())
+    replay_aggregates(b, [(digests, blobs, reference, ())], outer_lr=0.4, codec=CodecConfig())
     assert (a.base, a.window) == (b.base, b.window)
     for (name, pa), (_, pb) in zip(model_a.named_parameters(), model_b.named_parameters(), strict=True):
         assert torch.equal(pa.detach().view(torch.int32), pb.detach().view(torch.int32)), name

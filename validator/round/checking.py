@@ -17,7 +17,7 @@ from scoring.decoder import Expected
 from scoring.lazy_update import judge_submission
 from scoring.ranking import RatingConfig, RatingState, Status, proven
 from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
-from scoring.uniqueness import CopyFinding, PeerPayload, UniquenessConfig, find_copies, offences
+from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies, offences
 from scoring.wire import CodecConfig
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
@@ -193,7 +193,7 @@ def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[
 
 def reject_copies(
     peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int
-) -> tuple[list[PeerWindow], list[CopyFinding]]:
+) -> tuple[list[PeerWindow], CopyCheck]:
     """Duplicates and near-copies across all valid submissions. The offender of a pair whose upload
     order is clear from the validator's own first sight becomes invalid; an unclear pair penalises
     nobody (the selection aggregates one of the two)."""
@@ -202,8 +202,8 @@ def reject_copies(
         if p.update is not None and p.fetch is not None:
             seen, resolution = _sighting(p.fetch)
             payloads.append(PeerPayload(p.hotkey, p.update.digest, seen, p.update.params, resolution))
-    findings = find_copies(payloads, cfg.uniqueness, seed=seed)
-    worst = offences(findings)
+    copies = examine_copies(payloads, cfg.uniqueness, seed=seed)
+    worst = offences(copies.findings)
     out = []
     for p in peers:
         if p.hotkey in worst:
@@ -212,7 +212,7 @@ def reject_copies(
             out.append(replace(p.reject(f.reason, detail), copy_tier=f.tier))
         else:
             out.append(p)
-    return out, findings
+    return out, copies
 
 
 def _sighting(f: FetchResult) -> tuple[float, float]:
@@ -243,7 +243,7 @@ def check_window(
     cfg: CheckConfig,
     seen_before: Callable[[list[str]], set[str]],
     seed: WindowSeed,
-) -> tuple[list[PeerWindow], list[CopyFinding]]:
+) -> tuple[list[PeerWindow], CopyCheck]:
     """All checks of §5 in order: decode (1–5) what was not judged yet, replays, empty updates and
     norm outliers (6), uniqueness (7).
 

@@ -140,7 +140,8 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         record = window_record(header, scored, digests, rnd.cfg.ranking.rating)
         rnd.ledger.commit(record)
     with stages("aggregate"):
-        gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr)
+        coefficients = scored.selection.weights
+        gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr, coefficients)
         rnd.ledger.maybe_checkpoint(gm)
         rnd.ledger.prune(window)
     with stages("publish"):

@@ -16,7 +16,7 @@ from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.selection import Selection
 from scoring.types import ParamSpec, Reason
-from scoring.uniqueness import CopyFinding, unclear_pairs
+from scoring.uniqueness import CopyCheck
 from validator.round.checking import Judge, check_window, clip_reference, proven_peers
 from validator.round.config import RoundConfig
 from validator.round.evaluation import (
@@ -29,7 +29,7 @@ from validator.round.evaluation import (
     heldout,
 )
 from validator.round.outcomes import PeerWindow, Scored
-from validator.round.rating import rate_window, select_window
+from validator.round.rating import rate_window, select_window, twins_of
 from validator.round.recording import recordable
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
@@ -72,7 +72,7 @@ def score_window(
 ) -> Scored:
     """The window's peers checked, evaluated, rated and selected, one `stages` stage each."""
     with stages("check"):
-        checked, findings, reference = stages.salvage(
+        checked, copies, reference = stages.salvage(
             "check", lambda: _check(ctx, peers, inputs), lambda: _unjudged(peers)
         )
     with stages("evaluate"):
@@ -86,30 +86,30 @@ def score_window(
     with stages("rate"):
         ratings, selection = stages.salvage(
             "rate",
-            lambda: _rate(ctx, evaluated, findings, inputs.ratings),
+            lambda: _rate(ctx, evaluated, copies, reference, inputs.ratings),
             lambda: (RatingState(inputs.ratings.peers, ctx.window), NOTHING_SELECTED),
         )
     loss = held.loss_before
-    return Scored(evaluated, findings, reference, ratings, selection, loss, seconds, tuple(workers))
+    return Scored(evaluated, copies.findings, reference, ratings, selection, loss, seconds, tuple(workers))
 
 
 def _check(
     ctx: WindowContext, peers: Sequence[PeerWindow], inputs: WindowInputs
-) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
+) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
-    checked, findings = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
+    checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
     trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
-    return checked, findings, clip_reference(checked, cfg.check, trusted)
+    return checked, copies, clip_reference(checked, cfg.check, trusted)
 
 
-def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], list[CopyFinding], dict[str, float]]:
+def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     """The checks' fallback in a salvaged window: nothing unchecked is evaluated or aggregated. The
     peers keep their status (the failure is the validator's, so nobody is penalised for it)."""
     detail = "not judged: the window's checks failed"
     unjudged = [
         replace(p, update=None, reason=Reason.INTERNAL_ERROR, detail=detail) if p.valid else p for p in peers
     ]
-    return unjudged, [], {}
+    return unjudged, CopyCheck([]), {}
 
 
 def _evaluate(
@@ -126,8 +126,14 @@ def _evaluate(
 
 
 def _rate(
-    ctx: WindowContext, peers: list[PeerWindow], findings: list[CopyFinding], before: RatingState
+    ctx: WindowContext,
+    peers: list[PeerWindow],
+    copies: CopyCheck,
+    reference: dict[str, float],
+    before: RatingState,
 ) -> tuple[RatingState, Selection[str]]:
     ranking = ctx.cfg.ranking
-    ratings = rate_window(before, peers, ctx.window, ranking)
-    return ratings, select_window(ratings, peers, ctx.window, ranking, twins=unclear_pairs(findings))
+    ratings = rate_window(before, peers, ctx.window, ranking, copies)
+    twins, later = twins_of(ratings, copies, ranking)
+    selection = select_window(ratings, peers, ctx.window, ranking, twins, reference, excluded=later)
+    return ratings, selection

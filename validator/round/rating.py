@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
+from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.ranking import (
     PeerOutcome,
     RatingConfig,
@@ -18,6 +19,7 @@ from scoring.ranking import (
 )
 from scoring.selection import Candidate, Selection, SelectionConfig, select_aggregation
 from scoring.types import Reason
+from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
 from validator.round.outcomes import PeerWindow
 
@@ -28,6 +30,7 @@ class RankingConfig:
 
     rating: RatingConfig = RatingConfig()
     selection: SelectionConfig = SelectionConfig()
+    links: LinkConfig = LinkConfig()
 
 
 def _status(p: PeerWindow) -> Status:
@@ -57,9 +60,35 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
 
 
 def rate_window(
-    state: RatingState, peers: Sequence[PeerWindow], window: int, cfg: RankingConfig
+    state: RatingState, peers: Sequence[PeerWindow], window: int, cfg: RankingConfig, copies: CopyCheck
 ) -> RatingState:
-    return update_ratings(state, window, outcomes_of(peers), cfg.rating)
+    """The ratings after `window`, each peer's links across windows (scoring/links.py) included."""
+    rated = update_ratings(state, window, outcomes_of(peers), cfg.rating)
+    before = {h: p.links for h, p in rated.peers.items() if p.links}
+    links = update_links(before, copies.compared, copies.resemblances, cfg.links)
+    linked = {
+        h: replace(p, links={o: v for o, v in links.get(h, {}).items() if o in rated.peers})
+        for h, p in rated.peers.items()
+    }
+    return RatingState(linked, rated.window)
+
+
+def twins_of(
+    state: RatingState, copies: CopyCheck, cfg: RankingConfig
+) -> tuple[list[tuple[str, str]], set[str]]:
+    """(twins, later): pairs of which at most one is aggregated, copies whose upload order was unclear
+    and linked pairs whose order this window is unclear (colluders upload together); and the later
+    uploader of each linked pair whose order is clear, left out alone (a persistent copier must not
+    drag the peer it copies out of the aggregate with it)."""
+    links = {h: p.links for h, p in state.peers.items()}
+    twins, later = set(unclear_pairs(copies.findings)), set()
+    for a, b in linked_pairs(links, cfg.links):
+        first = copies.first.get((a, b))
+        if first is None:
+            twins.add((a, b))
+        else:
+            later.add(b if first == a else a)
+    return sorted(twins), later
 
 
 def select_window(
@@ -68,13 +97,15 @@ def select_window(
     window: int,
     cfg: RankingConfig,
     twins: Sequence[tuple[str, str]] = (),
+    reference: Mapping[str, float] | None = None,
+    excluded: Collection[str] = (),
 ) -> Selection[str]:
     """Every peer that proved its training and contributes, ordered by final score
-    (scoring/selection.py); `twins` are near-identical pairs whose upload order was unclear."""
+    (scoring/selection.py); `twins` (`twins_of`): pairs of which at most one may be aggregated."""
     candidates = []
     for p in peers:
         rating, e = state.peers.get(p.hotkey), p.evaluation
-        if not p.valid or rating is None:
+        if not p.valid or rating is None or p.hotkey in excluded:
             continue
         candidates.append(
             Candidate(
@@ -85,9 +116,19 @@ def select_window(
                 indicator=e.indicator if e is not None else None,
                 banned=rating.banned(window),
                 neg_streak=rating.consecutive_negative,
+                mass=1.0
+                if reference is None or p.update is None
+                else clipped_mass(p.update.norms(), reference),
             )
         )
     return select_aggregation(candidates, cfg.selection, twins)
+
+
+def clipped_mass(norms: Mapping[str, float], reference: Mapping[str, float]) -> float:
+    """The clipped update's total norm ÷ the reference's, at most 1: how much of an update it is."""
+    ref = sum(r * r for r in reference.values())
+    clipped = sum(min(n, reference.get(k, n)) ** 2 for k, n in norms.items())
+    return min(1.0, (clipped / ref) ** 0.5) if ref > 0.0 else 1.0
 
 
 def weights_for(state: RatingState, window: int, policy: WeightPolicy) -> dict[int, float]:

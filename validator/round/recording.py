@@ -153,4 +153,5 @@ def window_record(
         selections=selection_records(scored.selection, uids),
         aggregate_digests=list(aggregate_digests),
         clip_reference=dict(scored.reference),
+        aggregate_weights=list(scored.selection.weights),
     )

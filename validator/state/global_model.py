@@ -39,9 +39,11 @@ class GlobalModel:
         digests: Sequence[str],
         reference: Mapping[str, float],
         outer_lr: float,
+        weights: Sequence[float] = (),
     ) -> None:
-        """Apply one window's aggregate and move the fingerprint along the hash chain."""
-        aggregate_into(dict(self.model.named_parameters()), updates, reference, outer_lr)
+        """Apply one window's aggregate and move the fingerprint along the hash chain (`weights`: each
+        update's coefficient, as selected; empty for the equal weights of windows stored before)."""
+        aggregate_into(dict(self.model.named_parameters()), updates, reference, outer_lr, weights or None)
         self.base = next_base(self.base, digests)
         self.window += 1
 
@@ -83,21 +85,21 @@ def stored_archived(
 
 def replay_aggregates(
     state: GlobalModel,
-    steps: Iterable[tuple[Sequence[str], Iterable[bytes], Mapping[str, float]]],
+    steps: Iterable[tuple[Sequence[str], Iterable[bytes], Mapping[str, float], Sequence[float]]],
     *,
     outer_lr: float,
     codec: CodecConfig,
     on_step: Callable[[int], None] = lambda _: None,
 ) -> None:
-    """Advance `state` by stored windows: (payload digests, archived bytes, clip reference) each.
+    """Advance `state` by stored windows: (payload digests, archived bytes, clip reference, weights).
 
     The bytes may come lazily: each blob goes to its file before the next is read, so a window costs
     one archived submission in memory, not all of them."""
-    for digests, blobs, reference in steps:
+    for digests, blobs, reference, weights in steps:
         with tempfile.TemporaryDirectory(prefix="gauntlet-replay-") as folder:
             updates = [
                 stored_archived(b, Path(folder) / f"{i}.safetensors", state.model, codec)
                 for i, b in enumerate(blobs)
             ]
-            state.advance(updates, digests, reference, outer_lr)
+            state.advance(updates, digests, reference, outer_lr, weights)
         on_step(state.window)

@@ -60,9 +60,15 @@ class Ledger:
         outcome = self._tx(lambda s: commit_window(session=s, record=record))
         if outcome is CommitOutcome.ALREADY_COMMITTED:
             stored = self.window_detail(record.window)
-            if stored is None or (tuple(stored.aggregate_digests), dict(stored.clip_reference)) != (
+            aggregate = (
                 tuple(record.aggregate_digests),
                 dict(record.clip_reference),
+                tuple(record.aggregate_weights),
+            )
+            if stored is None or aggregate != (
+                tuple(stored.aggregate_digests),
+                dict(stored.clip_reference),
+                tuple(stored.aggregate_weights),
             ):
                 raise CommittedElsewhere(f"window {record.window} was committed with another aggregate")
         return outcome
@@ -158,6 +164,7 @@ class Ledger:
                 step.aggregate_digests,
                 (self.archive.get(d) for d in step.content_digests if d),
                 step.clip_reference,
+                step.weights,
             )
             for step in plan.steps
         )

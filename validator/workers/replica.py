@@ -95,7 +95,7 @@ class Replica:
             try:
                 replay_aggregates(
                     self.state,
-                    [(step.aggregate_digests, blobs, step.clip_reference)],
+                    [(step.aggregate_digests, blobs, step.clip_reference, step.weights)],
                     outer_lr=self.spec.outer_lr,
                     codec=self.spec.codec,
                 )

@@ -1,0 +1,88 @@
+"""Links across windows (scoring/links.py) and what the selection does with them."""
+
+from __future__ import annotations
+
+import random
+
+from scoring.links import LinkConfig, linked_pairs, update_links
+from scoring.ranking import PeerRating, RatingState
+from scoring.selection import Candidate, SelectionConfig, contribution_weights, select_aggregation
+from scoring.uniqueness import CopyCheck
+from validator.round.rating import RankingConfig, twins_of
+
+CFG = LinkConfig()
+
+
+def run(windows: list[dict[tuple[str, str], float]], compared: set[str]) -> dict[str, dict[str, float]]:
+    links: dict[str, dict[str, float]] = {}
+    for sims in windows:
+        links = update_links(links, compared, {k: v for k, v in sims.items() if v >= 0.03}, CFG)
+    return links
+
+
+def test_a_persistent_small_resemblance_links_a_pair_that_no_single_window_flags() -> None:
+    # colluders measured +0.06 … +0.20 per window: under every copy threshold, linked by their persistence
+    assert linked_pairs(run([{("a", "b"): 0.06}, {("a", "b"): 0.07}], {"a", "b", "c"}), CFG) == []
+    links = run([{("a", "b"): 0.06}, {("a", "b"): 0.07}, {("a", "b"): 0.06}], {"a", "b", "c"})
+    assert linked_pairs(links, CFG) == [("a", "b")]
+    assert links["a"]["b"] == links["b"]["a"]  # stored on both peers' ratings
+
+
+def test_honest_pairs_fluctuating_around_zero_are_never_linked() -> None:
+    # honest pairs measured −0.08 … +0.07, mean −0.01: draw 40 windows of that for 6 pairs
+    rng = random.Random(7)
+    peers = [f"p{i}" for i in range(4)]
+    pairs = [(a, b) for i, a in enumerate(peers) for b in peers[i + 1 :]]
+    links: dict[str, dict[str, float]] = {}
+    for _ in range(40):
+        sims = {p: max(-0.08, min(0.07, rng.gauss(-0.01, 0.03))) for p in pairs}
+        links = update_links(links, set(peers), {k: v for k, v in sims.items() if v >= 0.03}, CFG)
+        assert linked_pairs(links, CFG) == []
+
+
+def test_evidence_waits_for_both_peers_decays_and_is_capped() -> None:
+    links = run([{("a", "b"): 0.9}], {"a", "b"})
+    assert links["a"]["b"] == CFG.cap  # one huge window cannot link a pair for ever
+    kept = update_links(links, {"a", "c"}, {}, CFG)  # b was not compared: nothing new about (a, b)
+    assert kept["a"]["b"] == CFG.cap
+    decayed = links
+    for _ in range(11):  # unreported windows count as similarity 0: the pair is forgiven in time
+        decayed = update_links(decayed, {"a", "b"}, {}, CFG)
+    assert decayed == {}
+
+
+def test_a_linked_group_of_three_is_left_out_and_a_pair_keeps_its_better_member() -> None:
+    finals = {"h1": 1.0, "h2": 0.9, "c1": 3.0, "c2": 2.0, "c3": 1.5, "d1": 0.5, "d2": 0.4}
+    cands = [Candidate(k, final=f, proven=True, gain=0.01, indicator=1) for k, f in finals.items()]
+    sel = select_aggregation(cands, twins=[("c1", "c2"), ("c2", "c3"), ("d1", "d2")])
+    assert set(sel.gather) == {"h1", "h2", "d1"}
+    # a resembling peer that is not a candidate (rejected, absent) sinks nobody
+    assert set(select_aggregation(cands[:2], twins=[("h1", "x"), ("h2", "x"), ("x", "y")]).gather) == {
+        "h1",
+        "h2",
+    }
+
+
+def test_weights_follow_measured_contribution_and_keep_the_step() -> None:
+    full = [Candidate(k, 1.0, True, 0.01, 1) for k in "abcd"]
+    equal = contribution_weights(full, SelectionConfig(), typical=0.01)
+    assert equal == (0.25, 0.25, 0.25, 0.25)  # equal full updates: the old 1/R mean
+    weak = Candidate("w", 1.0, True, 0.005, 1, mass=0.4)
+    w = contribution_weights([*full[:2], weak], SelectionConfig(), typical=0.01)
+    assert w[2] < w[0] / 3  # half the consensus gain: a quarter of the share
+    assert abs(sum(x * c.mass for x, c in zip(w, [*full[:2], weak], strict=True)) - 1.0) < 1e-12
+    assert w[0] > 1 / 3  # the weak, short update does not shrink the full ones' step
+    assert contribution_weights(full, SelectionConfig(contribution_power=0.0), typical=0.02) == equal
+
+
+def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer() -> None:
+    def rated(h: str, links: dict[str, float]) -> PeerRating:
+        return PeerRating(hotkey=h, uid=ord(h[0]), mu=25.0, sigma=8.0, links=links)
+
+    state = RatingState(
+        {"v": rated("v", {"x": 0.2}), "x": rated("x", {"v": 0.2}), "c": rated("c", {"d": 0.2}),
+         "d": rated("d", {"c": 0.2})}, 5,
+    )  # fmt: skip
+    copies = CopyCheck([], ("c", "d", "v", "x"), {}, {("v", "x"): "v"})  # v uploaded clearly first
+    twins, later = twins_of(state, copies, RankingConfig())
+    assert (twins, later) == ([("c", "d")], {"x"})  # c and d uploaded together: one of them counts
