@@ -143,3 +143,42 @@ def residual_similarity(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: 
     # a threshold decision must not (replay and restarts compare them exactly)
     gram: F64 = np.asarray((resid @ resid.T).numpy(), dtype=np.float64)
     return np.round(gram, 9)
+
+
+def exact_overlap(
+    a: Mapping[str, SparseParam], b: Mapping[str, SparseParam], cfg: UniquenessConfig | None = None
+) -> float:
+    """Exact overlap of two valid updates (scoring/uniqueness.py)."""
+    if cfg is None:
+        from scoring.uniqueness import UniquenessConfig  # the config's module imports this one
+
+        cfg = UniquenessConfig()
+    shared = kept_a = kept_b = 0
+    for name in sorted(a):
+        ka, kb = _position_keys(a[name]), _position_keys(b[name])
+        kept_a, kept_b = kept_a + ka.size, kept_b + kb.size
+        shared += _shared_keys(ka, kb, cfg)
+    kept = min(kept_a, kept_b)
+    return shared / kept if kept else 0.0
+
+
+def _position_keys(p: SparseParam) -> I64:
+    # index * 2 + sign keeps the order of strictly increasing indices, so the keys stay sorted.
+    return p.indices.numpy() * 2 + (p.values.numpy() > 0)
+
+
+def _shared_keys(ka: I64, kb: I64, cfg: UniquenessConfig) -> int:
+    """Keys in both sorted arrays. Both have one block of `topk` slots per full chunk, so compare
+    chunk by chunk: sort each chunk's 2·topk local keys and count equal neighbours."""
+    if ka.size != kb.size:
+        at = np.minimum(np.searchsorted(ka, kb), max(ka.size - 1, 0))
+        return int(np.count_nonzero(ka[at] == kb)) if ka.size else 0
+    rows = ka.size // cfg.topk
+    full = rows * cfg.topk
+    base = np.arange(rows, dtype=np.int64)[:, None] * (2 * cfg.chunk)
+    local_type = np.int16 if 2 * cfg.chunk <= np.iinfo(np.int16).max else np.int32
+    la = (ka[:full].reshape(rows, cfg.topk) - base).astype(local_type)
+    lb = (kb[:full].reshape(rows, cfg.topk) - base).astype(local_type)
+    merged = np.sort(np.concatenate((la, lb), axis=1), axis=1)
+    count = int(np.count_nonzero(merged[:, 1:] == merged[:, :-1]))
+    return count + int(np.intersect1d(ka[full:], kb[full:], assume_unique=True).size)

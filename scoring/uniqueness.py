@@ -48,7 +48,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from scoring.similarity import estimate_overlaps, residual_similarity, sample_blocks, sampled
+from scoring.similarity import estimate_overlaps, exact_overlap, residual_similarity, sample_blocks, sampled
 from scoring.types import Reason, SparseParam
 
 I64 = npt.NDArray[np.int64]
@@ -170,6 +170,17 @@ def examine_copies(
     if len(peers) < 3:  # a pair alone is its own baseline and its own consensus: nothing to calibrate
         return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(similarity)))
     flagged = _flagged(peers, cfg, findings, dup_pairs, estimates, similarity)
+    # links are measured among the peers not caught copying: copies of one victim in the consensus
+    # tilt every other peer's residual the same way (honest pairs then linked at +0.07 … +0.09)
+    caught = offences(flagged)
+    rows = [i for i, p in enumerate(peers) if p.hotkey not in caught]
+    if len(rows) < 3:
+        return CopyCheck(flagged, tuple(sorted(p.hotkey for p in peers)))
+    if len(rows) < len(peers):
+        peers, similarity = (
+            [peers[i] for i in rows],
+            residual_similarity(idx[rows], val[rows], cfg.sketch_bits, rng),
+        )
     resembling: dict[tuple[str, str], float] = {}
     first: dict[tuple[str, str], str] = {}
     for i, j in zip(*np.nonzero(np.triu(similarity >= cfg.resemblance_floor, k=1)), strict=True):
@@ -236,41 +247,6 @@ def offences(findings: Sequence[CopyFinding]) -> dict[str, CopyFinding]:
 def unclear_pairs(findings: Sequence[CopyFinding]) -> list[tuple[str, str]]:
     """Pairs whose upload order was unclear: only one of each may be aggregated."""
     return [(f.other, f.offender) for f in findings if not f.clear]
-
-
-def exact_overlap(
-    a: Mapping[str, SparseParam], b: Mapping[str, SparseParam], cfg: UniquenessConfig = UniquenessConfig()
-) -> float:
-    """Exact overlap of two valid updates (module docstring)."""
-    shared = kept_a = kept_b = 0
-    for name in sorted(a):
-        ka, kb = _position_keys(a[name]), _position_keys(b[name])
-        kept_a, kept_b = kept_a + ka.size, kept_b + kb.size
-        shared += _shared_keys(ka, kb, cfg)
-    kept = min(kept_a, kept_b)
-    return shared / kept if kept else 0.0
-
-
-def _position_keys(p: SparseParam) -> I64:
-    # index * 2 + sign keeps the order of strictly increasing indices, so the keys stay sorted.
-    return p.indices.numpy() * 2 + (p.values.numpy() > 0)
-
-
-def _shared_keys(ka: I64, kb: I64, cfg: UniquenessConfig) -> int:
-    """Keys in both sorted arrays. Both have one block of `topk` slots per full chunk, so compare
-    chunk by chunk: sort each chunk's 2·topk local keys and count equal neighbours."""
-    if ka.size != kb.size:
-        at = np.minimum(np.searchsorted(ka, kb), max(ka.size - 1, 0))
-        return int(np.count_nonzero(ka[at] == kb)) if ka.size else 0
-    rows = ka.size // cfg.topk
-    full = rows * cfg.topk
-    base = np.arange(rows, dtype=np.int64)[:, None] * (2 * cfg.chunk)
-    local_type = np.int16 if 2 * cfg.chunk <= np.iinfo(np.int16).max else np.int32
-    la = (ka[:full].reshape(rows, cfg.topk) - base).astype(local_type)
-    lb = (kb[:full].reshape(rows, cfg.topk) - base).astype(local_type)
-    merged = np.sort(np.concatenate((la, lb), axis=1), axis=1)
-    count = int(np.count_nonzero(merged[:, 1:] == merged[:, :-1]))
-    return count + int(np.intersect1d(ka[full:], kb[full:], assume_unique=True).size)
 
 
 def _oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFinding:

@@ -84,5 +84,8 @@ def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer(
          "d": rated("d", {"c": 0.2})}, 5,
     )  # fmt: skip
     copies = CopyCheck([], ("c", "d", "v", "x"), {}, {("v", "x"): "v"})  # v uploaded clearly first
-    twins, later = twins_of(state, copies, RankingConfig())
-    assert (twins, later) == ([("c", "d")], {"x"})  # c and d uploaded together: one of them counts
+    kin = twins_of(state, copies, RankingConfig())
+    assert (list(kin.twins), set(kin.later)) == (
+        [("c", "d")],
+        {"x"},
+    )  # c and d uploaded together: one of them counts

@@ -10,7 +10,7 @@ from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
 from scoring.selection import Candidate, SelectionConfig, select_aggregation
 from scoring.types import SparseUpdate, SubmissionMeta
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.round.rating import RankingConfig, select_window
+from validator.round.rating import RankingConfig, Resembling, select_window
 
 NO_TIME = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
 # three evaluations, all +1, each with a clear own-data margin: proven under the default RatingConfig
@@ -66,7 +66,7 @@ def test_select_window_takes_the_gain_from_the_evaluation() -> None:
 def test_select_window_aggregates_one_of_twins() -> None:
     state = RatingState({"a": rating("a", 0, 1.0), "b": rating("b", 1, 2.0)}, 4)
     peers = [peer("a", 0), peer("b", 1)]
-    assert select_window(state, peers, 5, RankingConfig(), twins=[("a", "b")]).gather == ("b",)
+    assert select_window(state, peers, 5, RankingConfig(), Resembling(twins=[("a", "b")])).gather == ("b",)
 
 
 def test_config_validation() -> None:

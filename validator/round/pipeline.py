@@ -134,6 +134,7 @@ def _rate(
 ) -> tuple[RatingState, Selection[str]]:
     ranking = ctx.cfg.ranking
     ratings = rate_window(before, peers, ctx.window, ranking, copies)
-    twins, later = twins_of(ratings, copies, ranking)
-    selection = select_window(ratings, peers, ctx.window, ranking, twins, reference, excluded=later)
+    selection = select_window(
+        ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking), reference
+    )
     return ratings, selection

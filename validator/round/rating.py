@@ -73,9 +73,15 @@ def rate_window(
     return RatingState(linked, rated.window)
 
 
-def twins_of(
-    state: RatingState, copies: CopyCheck, cfg: RankingConfig
-) -> tuple[list[tuple[str, str]], set[str]]:
+@dataclass(frozen=True, slots=True)
+class Resembling:
+    """Who resembles whom this window, as the selection uses it (`twins_of`)."""
+
+    twins: Sequence[tuple[str, str]] = ()  # at most one of each pair is aggregated
+    later: Collection[str] = frozenset()  # left out: the later side of a linked pair
+
+
+def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resembling:
     """(twins, later): pairs of which at most one is aggregated, copies whose upload order was unclear
     and linked pairs whose order this window is unclear (colluders upload together); and the later
     uploader of each linked pair whose order is clear, left out alone (a persistent copier must not
@@ -88,7 +94,7 @@ def twins_of(
             twins.add((a, b))
         else:
             later.add(b if first == a else a)
-    return sorted(twins), later
+    return Resembling(sorted(twins), frozenset(later))
 
 
 def select_window(
@@ -96,16 +102,15 @@ def select_window(
     peers: Sequence[PeerWindow],
     window: int,
     cfg: RankingConfig,
-    twins: Sequence[tuple[str, str]] = (),
+    kin: Resembling = Resembling(),
     reference: Mapping[str, float] | None = None,
-    excluded: Collection[str] = (),
 ) -> Selection[str]:
     """Every peer that proved its training and contributes, ordered by final score
     (scoring/selection.py); `twins` (`twins_of`): pairs of which at most one may be aggregated."""
     candidates = []
     for p in peers:
         rating, e = state.peers.get(p.hotkey), p.evaluation
-        if not p.valid or rating is None or p.hotkey in excluded:
+        if not p.valid or rating is None or p.hotkey in kin.later:
             continue
         candidates.append(
             Candidate(
@@ -121,7 +126,7 @@ def select_window(
                 else clipped_mass(p.update.norms(), reference),
             )
         )
-    return select_aggregation(candidates, cfg.selection, twins)
+    return select_aggregation(candidates, cfg.selection, kin.twins)
 
 
 def clipped_mass(norms: Mapping[str, float], reference: Mapping[str, float]) -> float:
