@@ -34,6 +34,14 @@ def clip_factor(norm: float, reference: float) -> float:
     return reference / norm
 
 
+def clipped_mass(norms: Mapping[str, float], reference: Mapping[str, float]) -> float:
+    """The clipped update's total norm ÷ the reference's, at most 1: how much of an update it is
+    (scoring/selection.py). A parameter without a reference is not clipped, as in `clip_factors`."""
+    ref = sum(r * r for r in reference.values())
+    clipped = sum((n * clip_factor(n, reference.get(k, n))) ** 2 for k, n in norms.items())
+    return min(1.0, (clipped / ref) ** 0.5) if ref > 0.0 else 1.0
+
+
 def clip_factors(params: Mapping[str, SparseParam], reference: Mapping[str, float]) -> dict[str, float]:
     """One factor per parameter; a parameter without a reference is not clipped."""
     factors: dict[str, float] = {}

@@ -58,7 +58,7 @@ def update_links(
         a, b = pair
         if a not in present or b not in present:
             continue  # no new evidence about a pair unless both were compared
-        seen = similarity.get(pair, similarity.get((b, a), 0.0))
+        seen = similarity.get(pair, 0.0)  # pairs come sorted, as `_pair` orders them
         evidence[pair] = min(cfg.cap, max(0.0, evidence.get(pair, 0.0) + seen - cfg.reference))
     out: dict[str, dict[str, float]] = {}
     for (a, b), value in sorted(evidence.items()):

@@ -174,8 +174,8 @@ def examine_copies(
     # tilt every other peer's residual the same way (honest pairs then linked at +0.07 … +0.09)
     caught = offences(flagged)
     rows = [i for i, p in enumerate(peers) if p.hotkey not in caught]
-    if len(rows) < 3:
-        return CopyCheck(flagged, tuple(sorted(p.hotkey for p in peers)))
+    if len(rows) < 3:  # too few left to measure a consensus: no new evidence about any pair
+        return CopyCheck(flagged)
     if len(rows) < len(peers):
         peers, similarity = (
             [peers[i] for i in rows],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,11 @@ def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> Non
     assert len(rows) == len(runner.network.peers)
     assert [r.hotkey for r in rows if r.differences(0.0)] == []
     assert any(r.stored["score"] is not None for r in rows)
+    # the aggregation weights and the links across windows are re-derived and compared too
+    weighted = [r for r in rows if r.stored["weight"] is not None]
+    assert weighted and all(r.stored["links"] is not None for r in weighted)
+    moved = replace(weighted[0], stored={**weighted[0].stored, "weight": weighted[0].stored["weight"] * 1.5})
+    assert moved.differences(0.0) == ["weight"]
 
 
 def test_workdir_has_everything_replay_needs(scenario: ScenarioRun) -> None:

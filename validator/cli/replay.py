@@ -17,6 +17,8 @@ from validator.wiring import load_model, open_ledger, round_config
 def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
+    if isinstance(v, dict):  # links: how many, and the strongest (--json shows them all)
+        return f"{len(v)}, max {max(v.values()):.3g}" if v else "none"
     return "-" if v is None else str(v)
 
 

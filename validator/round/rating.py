@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from scoring.clipping import clipped_mass
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.ranking import (
     PeerOutcome,
@@ -127,13 +128,6 @@ def select_window(
             )
         )
     return select_aggregation(candidates, cfg.selection, kin.twins)
-
-
-def clipped_mass(norms: Mapping[str, float], reference: Mapping[str, float]) -> float:
-    """The clipped update's total norm ÷ the reference's, at most 1: how much of an update it is."""
-    ref = sum(r * r for r in reference.values())
-    clipped = sum(min(n, reference.get(k, n)) ** 2 for k, n in norms.items())
-    return min(1.0, (clipped / ref) ** 0.5) if ref > 0.0 else 1.0
 
 
 def weights_for(state: RatingState, window: int, policy: WeightPolicy) -> dict[int, float]:

@@ -8,7 +8,7 @@ round's own `score_window`: checks, uniqueness, LossScore, the rating update and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from scoring.data import Dataset
 from scoring.loss_score import evaluate_peers
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState, Status
+from scoring.selection import Selection
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
 from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
@@ -28,7 +29,7 @@ from validator.state.ledger import Ledger
 from validator.stores.objstore import FetchResult
 from validator.telemetry.metrics import Metrics
 
-FIELDS = ("status", "reason", "score", "indicator", "mu", "sigma", "final", "selected")
+FIELDS = ("status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ def _row(
     evaluation: EvaluationRecord | None,
     rating: RatingRecord | None,
     selected: bool,
+    weight: float | None,
 ) -> dict[str, Any]:
     return {
         "status": status,
@@ -87,28 +89,47 @@ def _row(
         "sigma": rating.sigma if rating else None,
         "final": rating.final_score if rating else None,
         "selected": selected,
+        "weight": weight,  # the update's coefficient in the outer step (gather peers)
+        "links": dict(rating.state.get("links", {})) if rating else None,  # evidence across windows
     }
 
 
 def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
     evals = {e.hotkey: e for e in record.evaluations}
     ratings = {rating.hotkey: rating for rating in record.ratings}
-    chosen = {s.hotkey for s in record.selections if s.role == "gather"}
+    chosen = {s.hotkey: s.rank for s in record.selections if s.role == "gather"}
+    weights = _weights(chosen, record.aggregate_weights)
     return {
-        s.hotkey: _row(s.status, s.reason, evals.get(s.hotkey), ratings.get(s.hotkey), s.hotkey in chosen)
+        s.hotkey: _row(
+            s.status,
+            s.reason,
+            evals.get(s.hotkey),
+            ratings.get(s.hotkey),
+            s.hotkey in chosen,
+            weights.get(s.hotkey),
+        )
         for s in record.submissions
     }
 
 
+def _weights(rank: Mapping[str, int], weights: Sequence[float]) -> dict[str, float]:
+    """Each gathered peer's coefficient by hotkey (none for windows stored with equal weights)."""
+    return {h: weights[r] for h, r in rank.items() if r < len(weights)}
+
+
 def _recomputed_rows(
-    peers: list[PeerWindow], state: RatingState, gather: set[str]
+    peers: list[PeerWindow], state: RatingState, selection: Selection[str]
 ) -> dict[str, dict[str, Any]]:
     """The same columns, through the same record mapping the live round commits with."""
+    gather = {h: i for i, h in enumerate(selection.gather)}
+    weights = _weights(gather, selection.weights)
     rows: dict[str, dict[str, Any]] = {}
     for p in peers:
         evaluation = evaluation_record(p.hotkey, p.evaluation) if p.evaluation else None
         rating = rating_record(state.peers[p.hotkey]) if p.hotkey in state.peers else None
-        rows[p.hotkey] = _row(p.status, p.reason, evaluation, rating, p.hotkey in gather)
+        rows[p.hotkey] = _row(
+            p.status, p.reason, evaluation, rating, p.hotkey in gather, weights.get(p.hotkey)
+        )
     return rows
 
 
@@ -141,6 +162,6 @@ def replay_window(
     )
     scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
     stored = _stored_rows(record)
-    again = _recomputed_rows(scored.peers, scored.ratings, set(scored.selection.gather))
+    again = _recomputed_rows(scored.peers, scored.ratings, scored.selection)
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]
