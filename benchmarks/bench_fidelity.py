@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/bench_fidelity.py [--quick] [--only NAME,NAME] [--windows N]
 
 Runs the demo's sizing (tiny model, H = 20, 8 windows) once per scenario, each in its own workdir:
-honest peers alone, each built-in adversary with the honest peers, graded honest peers, and a
-mixed scenario with every adversary plus malformed junk. Per scenario it reports:
+honest peers alone, each built-in adversary with the honest peers, graded honest peers (and two
+full peers with two weak ones, beside the two full peers alone), and a mixed scenario with every
+adversary plus malformed junk. Per scenario it reports:
 - `loss_ratio`: the final held-out loss ÷ the honest-only run's (same pages, same seed);
 - `coverage`: the share of honest peers aggregated per window after the warm-up;
 - `adversary_selections`: adversarial peers aggregated after the warm-up (window, peer pairs);
@@ -46,6 +47,8 @@ ADVERSARIES = (
     "noisy_copy", "blend", "split:2", "stale_copy", "collude:3", "poison", "sandbag",
 )  # fmt: skip
 GRADED = "honest:2,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
+# half the honest peers weak: with a median clip reference their small norms clipped the full updates
+WEAK_HALF = "honest:2,honest_quarter:1,honest_tenth:1"
 MIXED = ",".join([HONEST, *(a if ":" in a else f"{a}:1" for a in ADVERSARIES), "malformed:2"])
 TARGETS = {
     "coverage": 1.0,
@@ -59,7 +62,13 @@ TARGETS = {
 def scenarios(quick: bool) -> dict[str, str]:
     if quick:
         return {"honest_only": "honest:2", "mixed": "honest:2,noisy_copy:1,malformed:1,lazy:1"}
-    out = {"honest_only": HONEST, "graded": GRADED, "mixed": MIXED}
+    out = {
+        "honest_only": HONEST,
+        "graded": GRADED,
+        "weak_half": WEAK_HALF,
+        "full_half": "honest:2",
+        "mixed": MIXED,
+    }
     for a in ADVERSARIES:
         name, _, count = a.partition(":")
         out[name] = f"{HONEST},{name}:{count or 1}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from scoring.ranking import PeerRating, RatingConfig, RatingState, proven
@@ -23,9 +24,29 @@ def _proven_rating(hotkey: str, cfg: RatingConfig) -> PeerRating:
     return PeerRating(hotkey, 0, 25.0, 8.0, evaluations=n, positives=n, margin_sum=float(n))
 
 
-def test_tiny_sybil_majority_owns_the_median_without_trust() -> None:
+def test_tiny_sybil_majority_owns_the_reference_without_trust() -> None:
     peers = [_peer("h1", 1.0), _peer("h2", 1.0), *(_peer(f"s{i}", 1e-6) for i in range(3))]
-    assert clip_reference(peers, CheckConfig())["w"] < 1e-5  # what the trusted set defends against
+    assert clip_reference(peers, CheckConfig(clip_quantile=0.5))["w"] < 1e-5  # DESIGN.md's median
+    crowd = [_peer("h1", 1.0), _peer("h2", 1.0), *(_peer(f"s{i}", 1e-6) for i in range(8))]
+    assert clip_reference(crowd, CheckConfig())["w"] < 1e-5  # what the trusted set defends against
+
+
+def test_weak_honest_peers_do_not_shrink_full_updates() -> None:
+    """Half the proven peers did a quarter of the work: the median clipped the full updates to
+    1.25 of their 2.0; the upper quartile leaves them whole and still clips a larger one."""
+    cfg = RatingConfig()
+    keys = ("full1", "full2", "weak1", "weak2")
+    trusted = proven_peers(RatingState({h: _proven_rating(h, cfg) for h in keys}, window=0), cfg)
+    peers = [_peer("full1", 1.0), _peer("full2", 1.0), _peer("weak1", 0.25), _peer("weak2", 0.25)]
+    assert clip_reference(peers, CheckConfig(clip_quantile=0.5), trusted)["w"] == 1.25
+    assert clip_reference(peers, CheckConfig(), trusted)["w"] == 2.0
+    assert clip_reference([*peers, _peer("big", 5.0)], CheckConfig(), trusted)["w"] == 2.0
+
+
+@pytest.mark.parametrize("bad", [0.4, 1.0])  # below the median, or the largest update's own norm
+def test_clip_quantile_is_bounded(bad: float) -> None:
+    with pytest.raises(ValueError, match="clip_quantile"):
+        CheckConfig(clip_quantile=bad)
 
 
 def test_proven_peers_set_the_reference() -> None:
@@ -40,4 +61,5 @@ def test_proven_peers_set_the_reference() -> None:
 
 def test_without_proven_peers_every_valid_update_counts() -> None:
     peers = [_peer("a", 1.0), _peer("b", 3.0), _peer("c", 2.0)]
-    assert clip_reference(peers, CheckConfig(), frozenset({"gone"}))["w"] == 4.0
+    assert clip_reference(peers, CheckConfig(clip_quantile=0.5), frozenset({"gone"}))["w"] == 4.0
+    assert clip_reference(peers, CheckConfig(), frozenset({"gone"}))["w"] == 5.0  # between 4 and 6

@@ -67,7 +67,9 @@ def config_digest(settings: Settings) -> str:
 
 def round_config(s: Settings) -> RoundConfig:
     return RoundConfig(
-        check=CheckConfig(codec=CodecConfig(), norm_outlier_factor=s.norm_outlier_factor),
+        check=CheckConfig(
+            codec=CodecConfig(), norm_outlier_factor=s.norm_outlier_factor, clip_quantile=s.clip_quantile
+        ),
         eval=EvalConfig(
             public_seed=s.public_seed,
             pages_per_peer=s.pages_per_peer,

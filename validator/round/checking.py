@@ -12,7 +12,7 @@ from types import TracebackType
 
 import structlog
 
-from scoring.clipping import median_norms
+from scoring.clipping import quantile_norms
 from scoring.decoder import Expected
 from scoring.lazy_update import judge_submission
 from scoring.ranking import RatingConfig, RatingState, Status, proven
@@ -31,6 +31,9 @@ class CheckConfig:
     codec: CodecConfig = CodecConfig()
     uniqueness: UniquenessConfig = UniquenessConfig()
     norm_outlier_factor: float = 10.0  # reject an update whose norm exceeds this × the window median
+    # the clip reference: this quantile of the proven peers' per-parameter norms (scoring/clipping.py);
+    # 0.5 is DESIGN.md's median, which let weak honest peers shrink every full update
+    clip_quantile: float = 0.75
     # An update (or one parameter of it) with a total norm at or below this is empty: counted in the
     # clip reference, a crowd of empty sybils would make it 0 and clip every honest update to nothing.
     zero_norm: float = 1e-12
@@ -38,6 +41,8 @@ class CheckConfig:
     def __post_init__(self) -> None:
         if self.norm_outlier_factor <= 1.0:
             raise ValueError("norm_outlier_factor must be > 1")
+        if not 0.5 <= self.clip_quantile < 1.0:  # 1 would hand the reference to the largest update
+            raise ValueError("clip_quantile must be in [0.5, 1)")
         if not 0.0 <= self.zero_norm < 1e-3:
             raise ValueError("zero_norm must be in [0, 1e-3)")
 
@@ -140,15 +145,16 @@ def decode_all(peers: Sequence[PeerWindow], judge: Judge) -> list[PeerWindow]:
 def clip_reference(
     peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig(), trusted: Collection[str] = frozenset()
 ) -> dict[str, float]:
-    """The window's per-parameter median norm over valid updates: the clip reference (§5.6).
+    """The window's per-parameter `clip_quantile` norm over valid updates: the clip reference (§5.6).
 
-    Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag the median to 0. Once
-    some valid peers have proven their training (`trusted`), the median is over theirs alone: new
+    Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag it to 0. Once
+    some valid peers have proven their training (`trusted`), it is taken over theirs alone: new
     identities are free, so a crowd of sybils sending tiny non-zero updates would otherwise own the
-    median and shrink every honest update to nothing."""
+    reference and shrink every honest update to nothing."""
     valid = [p for p in peers if p.update is not None]
     proven = [p for p in valid if p.hotkey in trusted]
-    return median_norms([p.update.norms() for p in proven or valid if p.update], floor=cfg.zero_norm)
+    norms = [p.update.norms() for p in proven or valid if p.update]
+    return quantile_norms(norms, cfg.clip_quantile, floor=cfg.zero_norm)
 
 
 def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:

@@ -145,14 +145,15 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         rnd.ledger.maybe_checkpoint(gm)
         rnd.ledger.prune(window)
     with stages("publish"):
-        gather, reserve = scored.selection.gather, scored.selection.reserve
-        rnd.publisher.publish(selection_document(window, ctx.base, gm.base, scored.peers, gather, reserve))
+        bases, outer_lr = (ctx.base, gm.base), rnd.cfg.outer_lr
+        doc = selection_document(window, bases, scored.peers, scored.selection, scored.reference, outer_lr)
+        rnd.publisher.publish(doc)
     with stages("weights"):
         weights = rnd.weigher.maybe_set(window, scored.ratings)
         if weights is not None and weights.outcome == "ok":
             rnd.events.publish("weights_set", window, uids=list(weights.uids))
     _report_metrics(rnd, window, scored.peers, scored.eval_seconds)
-    rnd.events.publish("window_committed", window, selected=list(gather), base=gm.base)
+    rnd.events.publish("window_committed", window, selected=list(scored.selection.gather), base=gm.base)
     after = WindowState(gm, scored.ratings, _rate_estimate(state.seconds_per_eval, scored.eval_seconds))
     return WindowReport(window, scored.peers, scored.selection, scored.heldout_loss, stages.seconds, after)
 

@@ -2,25 +2,29 @@
 
 Peers aggregate the same set as the validator by reading `gauntlet/1/selection/{window}.json`
 (also served by the API). A failed upload is logged, never fatal: storage holds the record.
+Format 2 carries what a peer needs to take the validator's outer step itself: each gathered update's
+coefficient (scoring/selection.py) and the window's clip reference (scoring/clipping.py); with them
+`θ ← θ − outer_lr · Σ weight × clip(update)` gives the model whose digest is `next_base`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from scoring.selection import Selection
 from scoring.signing import Signer, sign_hex, verify_signature
 from validator.round.outcomes import PeerWindow
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import publish
 
 log = structlog.get_logger(__name__)
-FORMAT = "gauntlet/selection/1"
+FORMAT = "gauntlet/selection/2"
 
 
 def selection_key(window: int) -> str:
@@ -29,25 +33,30 @@ def selection_key(window: int) -> str:
 
 def selection_document(
     window: int,
-    base: str,
-    next_base: str,
+    bases: tuple[str, str],
     peers: Sequence[PeerWindow],
-    gather: Sequence[str],
-    reserve: Sequence[str],
+    selection: Selection[str],
+    reference: Mapping[str, float],
+    outer_lr: float,
 ) -> dict[str, Any]:
+    """The signed document: `bases` is (the window's base, the base after the outer step)."""
     by_hotkey = {p.hotkey: p for p in peers}
 
     def entry(hotkey: str) -> dict[str, Any]:
         p = by_hotkey[hotkey]
         return {"uid": p.uid, "hotkey": hotkey, "digest": p.update.digest if p.update else None}
 
+    # null weights: the plain mean Σ clip(update) / R, as aggregate_into takes no weights
+    weights: Sequence[float | None] = selection.weights or [None] * len(selection.gather)
     return {
         "format": FORMAT,
         "window": window,
-        "base": base,
-        "next_base": next_base,
-        "gather": [entry(h) for h in gather],
-        "reserve": [entry(h) for h in reserve],
+        "base": bases[0],
+        "next_base": bases[1],
+        "outer_lr": outer_lr,
+        "clip_reference": dict(sorted(reference.items())),
+        "gather": [entry(h) | {"weight": w} for h, w in zip(selection.gather, weights, strict=True)],
+        "reserve": [entry(h) for h in selection.reserve],
     }
 
 
