@@ -190,3 +190,40 @@ def test_judge_submission_takes_bytes_or_a_file(tmp_path: Path) -> None:
     assert in_memory.update is not None and on_disk.update is not None
     assert isinstance(on_disk.update.params, StoredParams) and isinstance(in_memory.update.params, dict)
     assert (in_memory.verdict, in_memory.update.digest) == (on_disk.verdict, on_disk.update.digest)
+
+
+def test_the_outer_step_does_not_depend_on_the_selection_order() -> None:
+    """The rating order of the gathered peers must not reach the model: float addition in another
+    order rounds differently, so updates are summed in payload-digest order whatever order is given."""
+    models = [build_model(ModelConfig.tiny(), seed=1) for _ in range(3)]
+    spec = param_spec(models[0])
+    eager = [decode_archived(make_file(s, spec=spec), models[0], CodecConfig()) for s in range(4)]
+    reference = median_norms([param_norms(u) for u in eager])
+    digests, weights = [f"{i:064x}" for i in (3, 1, 2, 0)], [0.1, 0.7, 0.3, 0.9]
+    for model, order in zip(models, [(0, 1, 2, 3), (3, 2, 1, 0), (2, 0, 3, 1)], strict=True):
+        gm = GlobalModel(model, "0" * 64, 5)
+        gm.advance(
+            [eager[i] for i in order],
+            [digests[i] for i in order],
+            reference,
+            1.0,
+            [weights[i] for i in order],
+        )
+    for name, first in models[0].named_parameters():
+        for other in models[1:]:
+            assert torch.equal(
+                first.detach().view(torch.int32),
+                dict(other.named_parameters())[name].detach().view(torch.int32),
+            ), name
+    unsorted = build_model(ModelConfig.tiny(), seed=1)  # summed in the given order: another model
+    aggregate_into(
+        dict(unsorted.named_parameters()),
+        [eager[i] for i in (2, 0, 3, 1)],
+        reference,
+        1.0,
+        [weights[i] for i in (2, 0, 3, 1)],
+    )
+    assert any(
+        not torch.equal(p.detach(), dict(models[0].named_parameters())[n].detach())
+        for n, p in unsorted.named_parameters()
+    )

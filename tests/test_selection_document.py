@@ -29,8 +29,9 @@ def test_a_peer_reproduces_the_outer_step_from_the_published_selection(full_scen
     model = {name: t.clone() for name, t in runner.previous.items()}
     content = {p.update.digest: p.content_digest for p in report.peers if p.update is not None}
     archive, like = runner.round.ledger.archive, runner.state.model.model
-    updates = [decode_archived(archive.get(content[e["digest"]]), like, CodecConfig()) for e in doc["gather"]]
-    weights = [e["weight"] for e in doc["gather"]]
+    gather = sorted(doc["gather"], key=lambda e: e["digest"])  # the documented order of the sum
+    updates = [decode_archived(archive.get(content[e["digest"]]), like, CodecConfig()) for e in gather]
+    weights = [e["weight"] for e in gather]
     aggregate_into(model, updates, doc["clip_reference"], doc["outer_lr"], weights)
     after = dict(runner.state.model.model.named_parameters())
     assert all(torch.equal(model[name], after[name].detach()) for name in model)

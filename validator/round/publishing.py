@@ -4,7 +4,8 @@ Peers aggregate the same set as the validator by reading `gauntlet/1/selection/{
 (also served by the API). A failed upload is logged, never fatal: storage holds the record.
 Format 2 carries what a peer needs to take the validator's outer step itself: each gathered update's
 coefficient (scoring/selection.py) and the window's clip reference (scoring/clipping.py); with them
-`θ ← θ − outer_lr · Σ weight × clip(update)` gives the model whose digest is `next_base`.
+`θ ← θ − outer_lr · Σ weight × clip(update)`, summed in ascending order of the payload digests,
+gives the model the validator moves to (`next_base` names it).
 """
 
 from __future__ import annotations

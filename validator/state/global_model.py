@@ -42,8 +42,20 @@ class GlobalModel:
         weights: Sequence[float] = (),
     ) -> None:
         """Apply one window's aggregate and move the fingerprint along the hash chain (`weights`: each
-        update's coefficient, as selected; empty for the equal weights of windows stored before)."""
-        aggregate_into(dict(self.model.named_parameters()), updates, reference, outer_lr, weights or None)
+        update's coefficient, as selected; empty for the equal weights of windows stored before).
+
+        Updates are summed in ascending order of their payload digests, not in the selection's
+        rating order: float addition is not associative, and at the demo's sizing the rounding of
+        another order moved the final held-out loss by up to 1 % (benchmarks/bench_fidelity.py:
+        peers never aggregated still changed it). The model follows the set and its weights only."""
+        order = sorted(range(len(updates)), key=lambda i: (digests[i], i))
+        aggregate_into(
+            dict(self.model.named_parameters()),
+            [updates[i] for i in order],
+            reference,
+            outer_lr,
+            [weights[i] for i in order] if weights else None,
+        )
         self.base = next_base(self.base, digests)
         self.window += 1
 
