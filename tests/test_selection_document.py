@@ -27,7 +27,7 @@ def test_a_peer_reproduces_the_outer_step_from_the_published_selection(full_scen
     # what a peer has: the model at the window's start, the gathered submissions, this document
     assert runner.previous is not None
     model = {name: t.clone() for name, t in runner.previous.items()}
-    content = {p.update.digest: p.content_digest for p in report.peers if p.update is not None}
+    content = {p.update.digest: p.content_digest or "" for p in report.peers if p.update is not None}
     archive, like = runner.round.ledger.archive, runner.state.model.model
     gather = sorted(doc["gather"], key=lambda e: e["digest"])  # the documented order of the sum
     updates = [decode_archived(archive.get(content[e["digest"]]), like, CodecConfig()) for e in gather]
