@@ -168,6 +168,8 @@ def examine_copies(
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
     if len(peers) < 3:  # a pair alone is its own baseline and its own consensus: nothing to calibrate
+        if cfg.calibrate:  # only exact duplicates are evidence: raw overlap flagged honest pairs (issue 12)
+            return CopyCheck(sorted(findings, key=lambda f: (f.offender, f.other)))
         return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(similarity)))
     flagged = _flagged(peers, cfg, findings, dup_pairs, estimates, similarity)
     # links are measured among the peers not caught copying: copies of one victim in the consensus

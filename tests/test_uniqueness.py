@@ -67,13 +67,31 @@ def test_unclear_order_penalises_nobody() -> None:
     rng = np.random.default_rng(2)
     a, own = random_update(rng), random_update(rng)
     b = copy_of(a, own, 0.55, rng)
+    others = [payload(f"h{i}", random_update(rng), 0.5) for i in range(4)]  # the window's honest pairs
     for tb, res in ((1.0, 0.0), (1.5, 1.0), (0.2, 1.0)):
-        found = find_copies([PeerPayload("a", "da", 1.0, a, res), PeerPayload("b", "db", tb, b, res)])
+        pair = [PeerPayload("a", "da", 1.0, a, res), PeerPayload("b", "db", tb, b, res)]
+        found = find_copies([*pair, *others])
         assert [(f.offender, f.other, f.clear) for f in found] == [("b", "a", False)], (tb, res)
         assert offences(found) == {}
-    found = find_copies([PeerPayload("a", "da", 1.0, a, 1.0), PeerPayload("b", "db", 2.0, b, 1.0)])
+    pair = [PeerPayload("a", "da", 1.0, a, 1.0), PeerPayload("b", "db", 2.0, b, 1.0)]
+    found = find_copies([*pair, *others])
     assert [(f.offender, f.clear) for f in found] == [("b", True)]
     assert {k: f.tier for k, f in offences(found).items()} == {"b": CopyTier.RESET}
+
+
+def test_a_pair_alone_is_flagged_only_for_identical_payloads() -> None:
+    """Two peers alone give no honest baseline and no consensus: the shared positions of two honest
+    updates (0.74 after one inner step) would read as copying, and the pair's better-rated member
+    alone was aggregated. Only an identical payload is evidence then."""
+    rng = np.random.default_rng(2)
+    a, own = random_update(rng), random_update(rng)
+    b = copy_of(a, own, 0.7, rng)
+    assert exact_overlap(a, b) > 0.6
+    assert find_copies([payload("a", a, 1.0), payload("b", b, 2.0)]) == []
+    found = find_copies([payload("a", a, 1.0, "same"), payload("b", a, 2.0, "same")])
+    assert [(f.offender, f.reason) for f in found] == [("b", Reason.DUPLICATE_PAYLOAD)]
+    raw = UniquenessConfig(calibrate=False)  # asked for: raw overlap tiers, as DESIGN.md's
+    assert [f.offender for f in find_copies([payload("a", a, 1.0), payload("b", b, 2.0)], raw)] == ["b"]
 
 
 def test_identical_payloads_seen_together_are_unclear() -> None:
