@@ -43,10 +43,23 @@ def test_weak_honest_peers_do_not_shrink_full_updates() -> None:
     assert clip_reference([*peers, _peer("big", 5.0)], CheckConfig(), trusted)["w"] == 2.0
 
 
+def test_a_coalition_lifts_the_reference_by_at_most_the_cap() -> None:
+    """Two of five proven peers send 4× the norm: the upper quartile is theirs (8.0), the cap holds
+    the reference at 2 × the median (2.0), so their updates are still clipped to half."""
+    cfg = RatingConfig()
+    keys = ("h1", "h2", "h3", "big1", "big2")
+    trusted = proven_peers(RatingState({h: _proven_rating(h, cfg) for h in keys}, window=0), cfg)
+    peers = [*(_peer(h, 1.0) for h in keys[:3]), _peer("big1", 4.0), _peer("big2", 4.0)]
+    assert clip_reference(peers, CheckConfig(clip_cap=10.0), trusted)["w"] == 8.0
+    assert clip_reference(peers, CheckConfig(), trusted)["w"] == 4.0
+
+
 @pytest.mark.parametrize("bad", [0.4, 1.0])  # below the median, or the largest update's own norm
 def test_clip_quantile_is_bounded(bad: float) -> None:
     with pytest.raises(ValueError, match="clip_quantile"):
         CheckConfig(clip_quantile=bad)
+    with pytest.raises(ValueError, match="clip_cap"):
+        CheckConfig(clip_cap=0.9)
 
 
 def test_proven_peers_set_the_reference() -> None:

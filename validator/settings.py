@@ -93,6 +93,7 @@ class Settings(BaseSettings):
     outer_lr: float = Field(default=OUTER_LR, gt=0)
     norm_outlier_factor: float = Field(default=10.0, gt=1)
     clip_quantile: float = Field(default=0.75, ge=0.5, lt=1)  # of proven peers' norms: the clip reference
+    clip_cap: float = Field(default=2.0, ge=1)  # ... at most this × their median
     checkpoint_every: int = Field(default=10, ge=1)
 
     # ranking and selection

@@ -68,7 +68,10 @@ def config_digest(settings: Settings) -> str:
 def round_config(s: Settings) -> RoundConfig:
     return RoundConfig(
         check=CheckConfig(
-            codec=CodecConfig(), norm_outlier_factor=s.norm_outlier_factor, clip_quantile=s.clip_quantile
+            codec=CodecConfig(),
+            norm_outlier_factor=s.norm_outlier_factor,
+            clip_quantile=s.clip_quantile,
+            clip_cap=s.clip_cap,
         ),
         eval=EvalConfig(
             public_seed=s.public_seed,

@@ -12,7 +12,7 @@ from types import TracebackType
 
 import structlog
 
-from scoring.clipping import quantile_norms
+from scoring.clipping import median_norms, quantile_norms
 from scoring.decoder import Expected
 from scoring.lazy_update import judge_submission
 from scoring.ranking import RatingConfig, RatingState, Status, proven
@@ -34,6 +34,10 @@ class CheckConfig:
     # the clip reference: this quantile of the proven peers' per-parameter norms (scoring/clipping.py);
     # 0.5 is DESIGN.md's median, which let weak honest peers shrink every full update
     clip_quantile: float = 0.75
+    # ... at most this × the median: a quarter of the proven peers with inflated norms would otherwise
+    # unclip their own updates and shrink every other update's mass (scoring/selection.py), so that
+    # the weights scale the honest updates up
+    clip_cap: float = 2.0
     # An update (or one parameter of it) with a total norm at or below this is empty: counted in the
     # clip reference, a crowd of empty sybils would make it 0 and clip every honest update to nothing.
     zero_norm: float = 1e-12
@@ -43,6 +47,8 @@ class CheckConfig:
             raise ValueError("norm_outlier_factor must be > 1")
         if not 0.5 <= self.clip_quantile < 1.0:  # 1 would hand the reference to the largest update
             raise ValueError("clip_quantile must be in [0.5, 1)")
+        if self.clip_cap < 1.0:
+            raise ValueError("clip_cap must be >= 1 (× the median norm)")
         if not 0.0 <= self.zero_norm < 1e-3:
             raise ValueError("zero_norm must be in [0, 1e-3)")
 
@@ -145,7 +151,8 @@ def decode_all(peers: Sequence[PeerWindow], judge: Judge) -> list[PeerWindow]:
 def clip_reference(
     peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig(), trusted: Collection[str] = frozenset()
 ) -> dict[str, float]:
-    """The window's per-parameter `clip_quantile` norm over valid updates: the clip reference (§5.6).
+    """The window's per-parameter `clip_quantile` norm over valid updates, at most `clip_cap` × their
+    median: the clip reference (§5.6).
 
     Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag it to 0. Once
     some valid peers have proven their training (`trusted`), it is taken over theirs alone: new
@@ -154,7 +161,10 @@ def clip_reference(
     valid = [p for p in peers if p.update is not None]
     proven = [p for p in valid if p.hotkey in trusted]
     norms = [p.update.norms() for p in proven or valid if p.update]
-    return quantile_norms(norms, cfg.clip_quantile, floor=cfg.zero_norm)
+    upper = quantile_norms(norms, cfg.clip_quantile, floor=cfg.zero_norm)
+    middle = median_norms(norms, floor=cfg.zero_norm)
+    # a coalition holding the upper quartile lifts the reference by at most clip_cap × the median
+    return {name: min(upper[name], cfg.clip_cap * middle[name]) for name in upper}
 
 
 def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:
