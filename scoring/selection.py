@@ -88,22 +88,28 @@ def select_aggregation(
     keys = [c.key for c in ranked]
     gather = ranked[: cfg.gather_peers]
     reserve = tuple(keys[cfg.gather_peers :][: cfg.reserve_peers])
+    # masses relative to the window's typical admissible update: a coalition that lifts the clip
+    # reference (the upper quartile of the norms) lowers every other raw mass alike, which would
+    # otherwise scale the honest updates' weights, and so the step, up to the reference's cap
+    typical_mass = median(min(max(c.mass, 1e-6), 1.0) for c in admissible) if admissible else 1.0
     return Selection(
         tuple(c.key for c in gather),
         reserve,
-        contribution_weights(gather, cfg, median(gains) if gains else 1.0),
+        contribution_weights(gather, cfg, median(gains) if gains else 1.0, typical_mass),
     )
 
 
 def contribution_weights(
-    gather: Sequence[Candidate], cfg: SelectionConfig, typical: float
+    gather: Sequence[Candidate], cfg: SelectionConfig, typical: float, typical_mass: float = 1.0
 ) -> tuple[float, ...]:
     """Each gathered update's coefficient: its share w = min(1, gain ÷ typical) ** power, divided by
-    Σ w × mass. Equal full updates get 1/R as before; a weak update adds little (it no longer pulls
-    the mean towards itself), and a short one no longer shrinks the step either: it counts as the
-    fraction of an update its norm is. Weights follow measured held-out gain, not norm or indicator."""
+    Σ w × mass, mass taken relative to `typical_mass` (at most 1). Equal full updates get 1/R as
+    before; a weak update adds little (it no longer pulls the mean towards itself), and a short one
+    no longer shrinks the step either: it counts as the fraction of an update its norm is. Weights
+    follow measured held-out gain, not norm or indicator."""
     shares = [min(1.0, max(c.gain or 0.0, 0.0) / typical) ** cfg.contribution_power for c in gather]
-    total = sum(w * min(max(c.mass, 1e-6), 1.0) for w, c in zip(shares, gather, strict=True))
+    masses = [min(max(c.mass, 1e-6) / max(typical_mass, 1e-6), 1.0) for c in gather]
+    total = sum(w * m for w, m in zip(shares, masses, strict=True))
     return tuple(w / total for w in shares) if total > 0.0 else ()
 
 

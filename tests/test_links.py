@@ -75,6 +75,18 @@ def test_weights_follow_measured_contribution_and_keep_the_step() -> None:
     assert contribution_weights(full, SelectionConfig(contribution_power=0.0), typical=0.02) == equal
 
 
+def test_a_lifted_clip_reference_does_not_scale_the_honest_weights() -> None:
+    """Three proven peers with inflated norms hold the clip reference's upper quartile: every honest
+    update's raw mass falls to 0.6. Masses are read relative to the window's typical one, so the
+    honest coefficients stay what they are with an unlifted reference (they scaled up by 1/0.6)."""
+    plain = [Candidate(k, 1.0, True, 0.01, 1, mass=1.0) for k in "abcd"]
+    lifted = [Candidate(k, 1.0, True, 0.01, 1, mass=0.6) for k in "abcd"]
+    lifters = [Candidate(k, 0.5, True, 0.002, 1, mass=1.0) for k in ("x", "y", "z")]
+    expected = select_aggregation([*plain, *lifters]).weights
+    assert select_aggregation([*lifted, *lifters]).weights == expected
+    assert contribution_weights(lifted, SelectionConfig(), typical=0.01)[0] > expected[0] * 1.5  # raw
+
+
 def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer() -> None:
     def rated(h: str, links: dict[str, float]) -> PeerRating:
         return PeerRating(hotkey=h, uid=ord(h[0]), mu=25.0, sigma=8.0, links=links)
