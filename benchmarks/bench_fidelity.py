@@ -1,6 +1,6 @@
 """Scoring fidelity: does honest work always count, do adversaries gain nothing, is training slowed?
 
-    .venv/bin/python benchmarks/bench_fidelity.py [--quick] [--only NAME,NAME] [--windows N]
+    .venv/bin/python benchmarks/bench_fidelity.py [--quick] [--only NAME,NAME] [--windows N] [--seeds N]
 
 Runs the demo's sizing (tiny model, H = 20, 8 windows) once per scenario, each in its own workdir:
 honest peers alone, each built-in adversary with the honest peers, graded honest peers (and two
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 windows, two small scenarios, H = 2")
     parser.add_argument("--only", default="", help="comma-separated scenario names (honest_only always runs)")
     parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=1, help="repeat under N public seeds and secrets")
     args = parser.parse_args()
     torch.set_num_threads(1)
     windows, inner = (WARMUP + 1, 2) if args.quick else (args.windows, 20)
@@ -126,14 +127,35 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="gauntlet-fidelity-"))
     corpus = root / "corpus"
     generate_corpus(corpus, seed=0, n_tokens=300_000 if args.quick else 1_500_000, shard_tokens=150_000)
-    figures: dict[str, Any] = {}
-    for name, peers in chosen.items():
-        figures[name] = run(name, peers, root, corpus, windows, inner)
-        print(name, json.dumps(figures[name]), file=sys.stderr, flush=True)
-    base = figures["honest_only"]["final_loss"]
-    for f in figures.values():
-        f["loss_ratio"] = f["final_loss"] / base
+    runs = []
+    for k in range(max(args.seeds, 1)):
+        seeded(k)
+        figures: dict[str, Any] = {}
+        for name, peers in chosen.items():
+            figures[name] = run(f"{name}-{k}", peers, root, corpus, windows, inner)
+            print(name, k, json.dumps(figures[name]), file=sys.stderr, flush=True)
+        base = figures["honest_only"]["final_loss"]
+        for f in figures.values():
+            f["loss_ratio"] = f["final_loss"] / base
+        runs.append(figures)
+    figures = runs[0]  # seed 0: the default public seed and secret, as before
+    if len(runs) > 1:  # the final loss is chaotic at this sizing: each figure under every seed
+        for name, f in figures.items():
+            f["seeds"] = {key: [r[name][key] for r in runs] for key in SPREAD}
     print(json.dumps({"windows": windows, "warmup": WARMUP, "targets": TARGETS, "scenarios": figures}))
+
+
+SPREAD = ("loss_ratio", "coverage", "adversary_selections", "framed", "spearman")
+
+
+def seeded(k: int) -> None:
+    """Run `k` of `--seeds`: 0 keeps the demo's public seed and secret; others change both, so the
+    peers' pages, the held-out pages and every sample differ."""
+    for key in ("GAUNTLET_PUBLIC_SEED", "GAUNTLET_VALIDATOR_SECRET"):
+        os.environ.pop(key, None)
+    if k:
+        os.environ["GAUNTLET_PUBLIC_SEED"] = f"bench-fidelity-{k}"
+        os.environ["GAUNTLET_VALIDATOR_SECRET"] = f"bench-fidelity-secret-{k}"
 
 
 if __name__ == "__main__":
