@@ -155,10 +155,16 @@ def test_the_demo_on_two_workers_commits_the_same_windows_through_a_kill(
     run = committed_run(tmp_path / "on-workers", env={"GAUNTLET_EVAL_WORKERS": "2"}, before=kill_in_window_2)
     assert [decided(run, w) for w in WINDOWS] == [decided(worker_run, w) for w in WINDOWS]
     assert _failures(metrics[0], "died") == 1
-    for window in WINDOWS:  # each window records both workers, the peers they took and the kill
+    seen: set[str] = set()
+    for window in WINDOWS:  # each window records its workers, the peers they took and the kill
         record = run.round.ledger.window_detail(window)
         assert record is not None
         workers = record.timings[WORKER_TIMINGS]
-        assert [w["name"] for w in workers] == ["w0", "w1"] and all(w["pid"] for w in workers)
+        # a worker that took no peer in a window is not listed: on a loaded machine one worker
+        # sometimes takes a small window's every peer before the other is ready
+        names = [w["name"] for w in workers]
+        assert names == sorted(names) and set(names) <= {"w0", "w1"} and all(w["pid"] for w in workers)
         assert sum(w["peers"] for w in workers) == len(record.evaluations)
         assert sum(w["failures"] for w in workers) == (1 if window == 2 else 0)
+        seen |= set(names)
+    assert seen == {"w0", "w1"}
