@@ -35,8 +35,8 @@ class CheckConfig:
     # 0.5 is DESIGN.md's median, which let weak honest peers shrink every full update
     clip_quantile: float = 0.75
     # ... at most this × the median: a quarter of the proven peers with inflated norms would otherwise
-    # unclip their own updates and shrink every other update's mass (scoring/selection.py), so that
-    # the weights scale the honest updates up
+    # unclip their own updates up to the norm outlier limit (selection reads masses relative to the
+    # window's typical one, so the lift does not scale the honest weights either)
     clip_cap: float = 2.0
     # An update (or one parameter of it) with a total norm at or below this is empty: counted in the
     # clip reference, a crowd of empty sybils would make it 0 and clip every honest update to nothing.
