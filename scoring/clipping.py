@@ -3,8 +3,9 @@
 The reference is a per-parameter quantile of the proven peers' norms. DESIGN.md names the median;
 the validator takes the upper quartile (CheckConfig.clip_quantile): honest peers that do part of
 the work send smaller updates, and when they were half of the window the median clipped every full
-update to their size, so each outer step shrank (measured with benchmarks/bench_fidelity.py: two full
-peers with a quarter- and a tenth-trained one ended 19 % above the two full peers alone).
+update to their size, so each outer step shrank (two full peers with a quarter- and a tenth-trained
+one ended 19 % above the two full peers alone; benchmarks/bench_fidelity.py runs it as `weak_half`).
+The quantile is capped at `clip_cap` × the median (validator/round/checking.py).
 
 Evaluation and aggregation must use the same factors so that the update evaluated for a peer is
 bit-for-bit the update aggregated for it; both call `clip_factors` with the window's reference.
