@@ -240,6 +240,9 @@ class WindowSelection(Schema):
     state: str
     base_fingerprint: str
     aggregate_digests: list[str]
+    clip_reference: dict[str, float] = Field(
+        description="per-parameter norm each gathered update is clipped to before it is weighted"
+    )
     peers: list[SelectedPeer] = Field(description="gather peers by rank, then reserves by rank")
 
 

@@ -151,7 +151,8 @@ def selection_body(session: Session, memo: WindowMemo, window: int) -> WindowSel
         return None
     summary, record = stored
     subs = {s.hotkey: s for s in record.submissions}
-    # gather peers are aggregated in rank order, aligned with the recorded weights (none: equal)
+    # the recorded weights follow the gather ranks (none: equal); the outer step sums the clipped,
+    # weighted updates in payload-digest order (validator/state/global_model.py)
     weights = dict(enumerate(record.aggregate_weights))
     peers = []
     for sel in record.selections:
@@ -172,5 +173,6 @@ def selection_body(session: Session, memo: WindowMemo, window: int) -> WindowSel
         state=summary.state,
         base_fingerprint=summary.base_fingerprint,
         aggregate_digests=list(record.aggregate_digests),
+        clip_reference={name: float(v) for name, v in sorted(record.clip_reference.items())},
         peers=peers,
     )

@@ -200,7 +200,7 @@ class WindowRecord:
     start_block: int | None = None
     timings: JsonMap = field(default_factory=dict)
     aggregate_digests: Sequence[str] = ()
-    clip_reference: JsonMap = field(default_factory=dict)  # per-parameter median norm used to clip
+    clip_reference: JsonMap = field(default_factory=dict)  # per-parameter norm each update is clipped to
     aggregate_weights: Sequence[float] = ()  # each aggregated update's coefficient; () equal weights
     salvaged: bool = False  # stages that raised were skipped (validator/service.py): not replayable
     submissions: Sequence[SubmissionRecord] = ()

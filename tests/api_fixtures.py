@@ -104,6 +104,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
         timings={"fetch": 1.0 + window / 10, "check": 0.5, "evaluate": 2.0 + window / 5, "commit": 0.25},
         aggregate_digests=[s.payload_digest or "" for s in subs[:2]],
         aggregate_weights=[0.6, 0.4],
+        clip_reference={"w": 1.5, "b": 0.25},
         submissions=subs,
         evaluations=evals,
         ratings=ratings,

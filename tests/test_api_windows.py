@@ -73,6 +73,7 @@ def test_selection_pins_what_peers_aggregate(client: httpx.Client) -> None:
     assert first["payload_digest"] == f"{3:032x}{0:032x}" and first["etag"] == '"e3-0"'
     assert [p["role"] for p in body["peers"]] == ["gather", "gather", "reserve"]
     assert [p["weight"] for p in body["peers"]] == [0.6, 0.4, None]  # the outer step's coefficients
+    assert body["clip_reference"] == {"b": 0.25, "w": 1.5}  # what each gathered update is clipped to
 
 
 def test_committed_windows_are_cacheable_and_answer_304(client: httpx.Client) -> None:
