@@ -91,7 +91,7 @@ def select_aggregation(
     # masses relative to the window's typical admissible update: a coalition that lifts the clip
     # reference (the upper quartile of the norms) lowers every other raw mass alike, which would
     # otherwise scale the honest updates' weights, and so the step, up to the reference's cap
-    typical_mass = median(min(max(c.mass, 1e-6), 1.0) for c in admissible) if admissible else 1.0
+    typical_mass = median(_mass(c) for c in admissible) if admissible else 1.0
     return Selection(
         tuple(c.key for c in gather),
         reserve,
@@ -108,9 +108,13 @@ def contribution_weights(
     no longer shrinks the step either: it counts as the fraction of an update its norm is. Weights
     follow measured held-out gain, not norm or indicator."""
     shares = [min(1.0, max(c.gain or 0.0, 0.0) / typical) ** cfg.contribution_power for c in gather]
-    masses = [min(max(c.mass, 1e-6) / max(typical_mass, 1e-6), 1.0) for c in gather]
+    masses = [min(_mass(c) / max(typical_mass, 1e-6), 1.0) for c in gather]
     total = sum(w * m for w, m in zip(shares, masses, strict=True))
     return tuple(w / total for w in shares) if total > 0.0 else ()
+
+
+def _mass(c: Candidate) -> float:
+    return min(max(c.mass, 1e-6), 1.0)
 
 
 def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:

@@ -160,17 +160,18 @@ def examine_copies(
     """`find_copies`, with the window's resemblances (CopyCheck)."""
     findings = _duplicate_findings(peers, cfg)
     dup_pairs = {frozenset((f.offender, f.other)) for f in findings}
+    # a pair alone is its own baseline and its own consensus: nothing to calibrate against, so only
+    # exact duplicates are evidence (raw overlap flagged two honest peers alone, issue 12)
+    uncalibrated = len(peers) < 3
     rng = np.random.default_rng(seed)
     blocks = sample_blocks(peers[0].update, cfg, rng) if len(peers) >= 2 else []
-    if not blocks:
+    if not blocks or (uncalibrated and cfg.calibrate):
         return CopyCheck(sorted(findings, key=lambda f: (f.offender, f.other)))
     idx, val = sampled([p.update for p in peers], blocks)
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
+    if uncalibrated:  # asked for raw tiers (calibrate=False): the overlap alone decides
+        return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(estimates)))
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
-    if len(peers) < 3:  # a pair alone is its own baseline and its own consensus: nothing to calibrate
-        if cfg.calibrate:  # only exact duplicates are evidence: raw overlap flagged honest pairs (issue 12)
-            return CopyCheck(sorted(findings, key=lambda f: (f.offender, f.other)))
-        return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(similarity)))
     flagged = _flagged(peers, cfg, findings, dup_pairs, estimates, similarity)
     # links are measured among the peers not caught copying: copies of one victim in the consensus
     # tilt every other peer's residual the same way (honest pairs then linked at +0.07 … +0.09)

@@ -162,7 +162,7 @@ class Ledger:
         steps = (
             (
                 step.aggregate_digests,
-                (self.archive.get(d) for d in step.content_digests if d),
+                self._archived(step.content_digests),
                 step.clip_reference,
                 step.weights,
             )
