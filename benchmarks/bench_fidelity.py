@@ -6,7 +6,10 @@ Runs the demo's sizing (tiny model, H = 20, 8 windows) once per scenario, each i
 honest peers alone, each built-in adversary with the honest peers, graded honest peers (and two
 full peers with two weak ones, beside the two full peers alone), and a mixed scenario with every
 adversary plus malformed junk. Per scenario it reports:
-- `loss_ratio`: the final held-out loss ÷ the honest-only run's (same pages, same seed);
+- `loss_ratio`: the final held-out loss ÷ its reference run's (same pages, same seed): the
+  honest-only run's, except for the scenarios made of honest peers of unequal work (`graded`,
+  `weak_half`), whose reference is their full peers alone (`full_half`; see `REFERENCE`);
+  `loss_ratio_honest_only` is every scenario's ratio to the honest-only run;
 - `coverage`: the share of honest peers aggregated per window after the warm-up;
 - `adversary_selections`: adversarial peers aggregated after the warm-up (window, peer pairs);
 - `framed`: honest peers ever invalidated or banned;
@@ -50,6 +53,10 @@ GRADED = "honest:2,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
 # half the honest peers weak: with a median clip reference their small norms clipped the full updates
 WEAK_HALF = "honest:2,honest_quarter:1,honest_tenth:1"
 MIXED = ",".join([HONEST, *(a if ":" in a else f"{a}:1" for a in ADVERSARIES), "malformed:2"])
+# Graded peers are honest: the question is whether admitting them slows the network below what its
+# full peers reach alone. Against `honest:4` the ratio would count the two full peers' missing work
+# (`full_half` alone ends 3.7 % above it), which no validator can make up.
+REFERENCE = {"graded": "full_half", "weak_half": "full_half"}
 TARGETS = {
     "coverage": 1.0,
     "adversary_selections": 0,
@@ -122,7 +129,8 @@ def main() -> None:
     windows, inner = (WARMUP + 1, 2) if args.quick else (args.windows, 20)
     chosen = scenarios(args.quick)
     if args.only:
-        keep = {"honest_only", *args.only.split(",")}
+        only = args.only.split(",")
+        keep = {"honest_only", *only, *(REFERENCE[n] for n in only if n in REFERENCE)}
         chosen = {k: v for k, v in chosen.items() if k in keep}
     root = Path(tempfile.mkdtemp(prefix="gauntlet-fidelity-"))
     corpus = root / "corpus"
@@ -135,8 +143,11 @@ def main() -> None:
             figures[name] = run(f"{name}-{k}", peers, root, corpus, windows, inner)
             print(name, k, json.dumps(figures[name]), file=sys.stderr, flush=True)
         base = figures["honest_only"]["final_loss"]
-        for f in figures.values():
-            f["loss_ratio"] = f["final_loss"] / base
+        for name, f in figures.items():
+            reference = REFERENCE.get(name, "honest_only")
+            f["reference"] = reference
+            f["loss_ratio"] = f["final_loss"] / figures[reference]["final_loss"]
+            f["loss_ratio_honest_only"] = f["final_loss"] / base
         runs.append(figures)
     figures = runs[0]  # seed 0: the default public seed and secret, as before
     if len(runs) > 1:  # the final loss is chaotic at this sizing: each figure under every seed
@@ -145,7 +156,7 @@ def main() -> None:
     print(json.dumps({"windows": windows, "warmup": WARMUP, "targets": TARGETS, "scenarios": figures}))
 
 
-SPREAD = ("loss_ratio", "coverage", "adversary_selections", "framed", "spearman")
+SPREAD = ("loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "framed", "spearman")
 
 
 def seeded(k: int) -> None:
