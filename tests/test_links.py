@@ -40,9 +40,18 @@ def test_honest_pairs_fluctuating_around_zero_are_never_linked() -> None:
         assert linked_pairs(links, CFG) == []
 
 
+def test_one_or_two_windows_of_resemblance_do_not_link_however_strong() -> None:
+    """Honest pairs resemble each other in an odd window (an honest pair in the mixed bench run:
+    +0.077, then +0.120, as much as the colluders that window): a link needs a third."""
+    assert linked_pairs(run([{("a", "b"): 0.9}, {("a", "b"): 0.9}], {"a", "b"}), CFG) == []
+    assert linked_pairs(run([{("a", "b"): 0.077}, {("a", "b"): 0.12}], {"a", "b"}), CFG) == []
+    strong = run([{("a", "b"): 0.9}] * 3, {"a", "b"})
+    assert linked_pairs(strong, CFG) == [("a", "b")]
+
+
 def test_evidence_waits_for_both_peers_decays_and_is_capped() -> None:
-    links = run([{("a", "b"): 0.9}], {"a", "b"})
-    assert links["a"]["b"] == CFG.cap  # one huge window cannot link a pair for ever
+    links = run([{("a", "b"): 0.9}] * 20, {"a", "b"})
+    assert links["a"]["b"] == CFG.cap  # a pair that resembled for long is not linked for ever
     kept = update_links(links, {"a", "c"}, {}, CFG)  # b was not compared: nothing new about (a, b)
     assert kept["a"]["b"] == CFG.cap
     decayed = links
