@@ -68,6 +68,15 @@ def clipped_mass(norms: Mapping[str, float], reference: Mapping[str, float]) -> 
     return min(1.0, (clipped / ref) ** 0.5) if ref > 0.0 else 1.0
 
 
+def inflation(norms: Mapping[str, float], reference: Mapping[str, float]) -> float:
+    """The median over parameters of the update's norm ÷ the reference's: how far above the window's
+    upper honest band the update sits (scoring/selection.py). The median, not the total: a few
+    parameters (embedding rows the peer's data touched) may legitimately stand out; an update
+    scaled up as a whole stands out in most of them. 0 when nothing is comparable."""
+    ratios = sorted(norms[k] / r for k, r in reference.items() if k in norms and r > 0.0)
+    return _interpolated(ratios, 0.5) if ratios else 0.0
+
+
 def clip_factors(params: Mapping[str, SparseParam], reference: Mapping[str, float]) -> dict[str, float]:
     """One factor per parameter; a parameter without a reference is not clipped."""
     factors: dict[str, float] = {}

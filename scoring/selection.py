@@ -1,12 +1,13 @@
 """Which peers are aggregated this window (DESIGN.md §8): gather set and reserve backfill.
 
 `select_aggregation` is the policy the round uses. Inclusion is decided by evidence, order by rating:
-a peer is aggregated when it has *proven* its training (ranking.proven) and its held-out gain this
+a peer is aggregated when it has *proven* its training (ranking.proven), its held-out gain this
 window reaches `gain_floor` × the median gain of the window's admissible peers (the honest
-consensus). Everybody who passes is aggregated, up to `gather_peers`, best final
-score first: a rating at 0 among equals no longer throws proven honest work away, and a peer whose
-contribution is a small fraction of the consensus (a perturbed copy, half of a split update, a stale
-update) no longer dilutes the mean. Each aggregated update is weighted by its measured contribution
+consensus), and its norm is not inflated far above the window's honest band (`max_inflation`).
+Everybody who passes is aggregated, up to `gather_peers`, best final score first: a rating at 0
+among equals no longer throws proven honest work away, and a peer whose contribution is a small
+fraction of the consensus (a perturbed copy, half of a split update, a stale update) no longer
+dilutes the mean. Each aggregated update is weighted by its measured contribution
 (`contribution_weights`): proven but weak honest work still counts, a little. Of a pair of
 near-identical payloads whose upload order is unclear, or of updates that keep resembling each
 other across windows (`twins`: unclear copy findings and scoring/links.py), only one is
@@ -36,12 +37,20 @@ class SelectionConfig:
     # aggregation weight ∝ (gain ÷ median gain, at most 1) ** power: measured on the graded demo
     # (bench_fidelity), power 1 left the final loss 4.1 % above honest-only, power 2 2.5 %
     contribution_power: float = 2.0
+    # an update whose parameters sit, at the median, more than this × above the clip reference (the
+    # proven peers' upper quartile) is not aggregated: peers share one recipe, so their norms sit in
+    # a narrow band (honest ≤ 1.0 in bench_fidelity's runs, weak ones lower); far above it, the update
+    # claims more movement than the recipe makes (the `sandbag` behaviour: 1.38-1.47 in the mixed run,
+    # its quarter of the training scaled ×4). Clipping bounds its effect; this keeps it out.
+    max_inflation: float = 1.25
 
     def __post_init__(self) -> None:
         if self.gather_peers < 1 or self.reserve_peers < 0 or self.max_negative_streak < 1:
             raise ValueError("need gather_peers >= 1, reserve_peers >= 0, max_negative_streak >= 1")
         if not 0.0 <= self.gain_floor <= 1.0 or self.contribution_power < 0.0:
             raise ValueError("need 0 <= gain_floor <= 1 and contribution_power >= 0")
+        if self.max_inflation < 1.0:
+            raise ValueError("max_inflation must be >= 1 (× the clip reference)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,7 @@ class Candidate:
     banned: bool = False
     neg_streak: int = 0
     mass: float = 1.0  # the clipped update's norm ÷ the clip reference's, in (0, 1]
+    inflation: float = 0.0  # the raw update's median per-parameter norm ÷ the reference's (clipping.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,4 +139,5 @@ def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
 
 def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:
     evidence = c.gain is not None and c.gain > 0.0 and (not cfg.require_indicator or c.indicator == 1)
-    return evidence and c.proven and not c.banned and c.neg_streak < cfg.max_negative_streak
+    within = c.inflation <= cfg.max_inflation
+    return evidence and within and c.proven and not c.banned and c.neg_streak < cfg.max_negative_streak

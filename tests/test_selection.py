@@ -3,12 +3,17 @@ candidates from the round's peers and the rating state exactly as the live round
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import replace
 
+import pytest
+import torch
+
+from scoring.clipping import inflation
 from scoring.loss_score import PeerEval, Timings
 from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
 from scoring.selection import Candidate, SelectionConfig, select_aggregation
-from scoring.types import SparseUpdate, SubmissionMeta
+from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
+from validator.round.checking import CheckConfig, clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.rating import RankingConfig, Resembling, select_window
 
@@ -74,6 +79,8 @@ def test_config_validation() -> None:
         SelectionConfig(gather_peers=0)
     with pytest.raises(ValueError):
         SelectionConfig(gain_floor=1.5)
+    with pytest.raises(ValueError):
+        SelectionConfig(max_inflation=0.9)
 
 
 def cand(key: str, gain: float | None = 0.01, **kw: object) -> Candidate:
@@ -124,3 +131,36 @@ def test_gather_cap_spills_into_reserve() -> None:
     peers = [cand(k, final=float(i)) for i, k in enumerate("abc")]
     sel = select_aggregation(peers, SelectionConfig(gather_peers=2, reserve_peers=5))
     assert (sel.gather, sel.reserve) == (("c", "b"), ("a",))
+
+
+def test_an_update_inflated_above_the_honest_band_is_not_aggregated() -> None:
+    """Four peers at the band's top, two weak ones, one that scaled its update ×1.7 and one ×1.2:
+    the clip reference is the proven peers' upper quartile, so the honest ones sit at about 1.0,
+    the ×1.2 update is within `max_inflation`, and the ×1.7 one is evaluated (clipped) but left out."""
+    scales = {"h1": 1.0, "h2": 0.98, "h3": 1.0, "h4": 0.97, "w1": 0.4, "w2": 0.2, "big": 1.7, "edge": 1.2}
+    peers = [sized(h, u, s) for u, (h, s) in enumerate(scales.items())]
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(scales)}, 4)
+    trusted = proven_peers(state, RatingConfig())
+    reference = clip_reference(peers, CheckConfig(), trusted)
+    assert reference["w"] == pytest.approx(1.05 * 64**0.5)  # the two large ones lift it a little
+    chosen = select_window(state, peers, 5, RankingConfig(), reference=reference).gather
+    assert set(chosen) == set(scales) - {"big"}
+    # without a reference (nothing to compare against) nobody is left out for its norm
+    assert set(select_window(state, peers, 5, RankingConfig()).gather) == set(scales)
+
+
+def test_inflation_is_the_median_parameter_ratio() -> None:
+    """One parameter far above its reference (rows only this peer's data touched) does not make the
+    update inflated; every parameter scaled up does. Parameters without a reference are skipped."""
+    reference = {"a": 1.0, "b": 2.0, "c": 4.0}
+    assert inflation({"a": 1.0, "b": 2.0, "c": 40.0, "extra": 9.0}, reference) == 1.0
+    assert inflation({"a": 1.5, "b": 3.0, "c": 6.0}, reference) == pytest.approx(1.5)
+    assert inflation({"a": 1.0}, {"a": 0.0}) == 0.0
+
+
+def sized(hotkey: str, uid: int, scale: float) -> PeerWindow:
+    """A valid, evaluated peer whose one parameter holds 64 values of `scale`."""
+    param = SparseParam((4096,), torch.arange(64, dtype=torch.int64), torch.full((64,), scale))
+    base = peer(hotkey, uid)
+    assert base.update is not None
+    return replace(base, update=replace(base.update, params={"w": param}))

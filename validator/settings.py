@@ -99,6 +99,7 @@ class Settings(BaseSettings):
     # ranking and selection
     gather_peers: int = Field(default=20, ge=1)
     reserve_peers: int = Field(default=10, ge=0)
+    max_inflation: float = Field(default=1.25, ge=1)  # not aggregated above this × the clip reference
     bma_warmup: int = Field(default=10, ge=0)
     bma_threshold: float = Field(default=0.10, ge=0)
     weight_policy: Literal["rank", "power"] = "rank"

@@ -84,7 +84,9 @@ def round_config(s: Settings) -> RoundConfig:
         ),
         ranking=RankingConfig(
             rating=RatingConfig(bma_warmup=s.bma_warmup, bma_threshold=s.bma_threshold),
-            selection=SelectionConfig(gather_peers=s.gather_peers, reserve_peers=s.reserve_peers),
+            selection=SelectionConfig(
+                gather_peers=s.gather_peers, reserve_peers=s.reserve_peers, max_inflation=s.max_inflation
+            ),
         ),
         window=WindowConfig(s.blocks_per_window),
         secret=SecretBytes(s.validator_secret.get_secret_value().encode()),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from scoring.clipping import clipped_mass
+from scoring.clipping import clipped_mass, inflation
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.ranking import (
     PeerOutcome,
@@ -113,6 +113,7 @@ def select_window(
         rating, e = state.peers.get(p.hotkey), p.evaluation
         if not p.valid or rating is None or p.hotkey in kin.later:
             continue
+        norms = p.update.norms() if p.update is not None else None
         candidates.append(
             Candidate(
                 key=p.hotkey,
@@ -122,9 +123,8 @@ def select_window(
                 indicator=e.indicator if e is not None else None,
                 banned=rating.banned(window),
                 neg_streak=rating.consecutive_negative,
-                mass=1.0
-                if reference is None or p.update is None
-                else clipped_mass(p.update.norms(), reference),
+                mass=1.0 if norms is None or reference is None else clipped_mass(norms, reference),
+                inflation=0.0 if norms is None or reference is None else inflation(norms, reference),
             )
         )
     return select_aggregation(candidates, cfg.selection, kin.twins)
