@@ -47,7 +47,7 @@ WARMUP = 3
 HONEST = "honest:4"
 ADVERSARIES = (
     "lazy", "copycat", "replay", "noise", "scaled", "stale", "late", "malformed", "free_rider",
-    "noisy_copy", "blend", "split:2", "stale_copy", "collude:3", "poison", "sandbag",
+    "noisy_copy", "blend", "split:2", "stale_copy", "collude:3", "poison", "sandbag", "sandbag_matched",
 )  # fmt: skip
 GRADED = "honest:2,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
 # half the honest peers weak: with a median clip reference their small norms clipped the full updates

@@ -14,6 +14,8 @@ from validator.demo.sim.context import PeerContext, Submission
 from validator.demo.sim.craft import (
     COPY_DELAY_S,
     HONEST_DELAY_S,
+    Dense,
+    decoded,
     decoded_others,
     direction,
     first_loadable,
@@ -145,4 +147,32 @@ class Sandbag:
         return Submission(ctx.encode({n: t * 4.0 for n, t in delta.items()}), HONEST_DELAY_S)
 
 
-ADVERSARIES = (NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag())
+@dataclass(frozen=True)
+class SandbagMatched:
+    """A quarter of the training, rescaled to the median norm of the updates other peers already
+    published this window: an honest-looking norm, so nothing sits above the honest band."""
+
+    name: str = "sandbag_matched"
+    order: int = 1  # after the peers whose norms it matches
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        delta = train_partial(ctx, steps_fraction=0.25)
+        others = sorted(total_norm(d) for d in decoded_others(ctx))
+        scale = 4.0
+        for _ in range(3 if others else 0):  # what it sends holds its error feedback too: refine
+            sent = self._sent_norm(ctx, delta, scale)
+            scale *= others[len(others) // 2] / sent if sent > 0.0 else 1.0
+        return Submission(ctx.encode({n: t * scale for n, t in delta.items()}), HONEST_DELAY_S)
+
+    @staticmethod
+    def _sent_norm(ctx: PeerContext, delta: Dense, scale: float) -> float:
+        """The norm of what `ctx.encode(delta × scale)` would send, its error feedback untouched."""
+        ef: Dense = ctx.memory.get("error_feedback", {})
+        beta = ctx.tools.codec.error_feedback
+        trial = {n: t * scale + (beta * ef[n] if n in ef else 0.0) for n, t in delta.items()}
+        return total_norm(decoded(ctx, ctx.encode(trial, feedback=False)))
+
+
+ADVERSARIES = (
+    NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(),
+)  # fmt: skip

@@ -48,13 +48,14 @@ def first_loadable(files: list[bytes]) -> dict[str, np.ndarray] | None:
 
 def decoded_others(ctx: PeerContext) -> list[Dense]:
     """The dense updates other peers already published this window (those that decode)."""
-    out = []
-    spec = param_spec(ctx.model)
-    for hotkey, data in sorted(ctx.published.items()):
-        result = decode_submission(data, spec, Expected(verify_signature=False), ctx.tools.codec)
-        if hotkey != ctx.hotkey and result.update is not None:
-            out.append({n: p.dense() for n, p in result.update.params.items()})
-    return out
+    out = [decoded(ctx, data) for hotkey, data in sorted(ctx.published.items()) if hotkey != ctx.hotkey]
+    return [d for d in out if d]
+
+
+def decoded(ctx: PeerContext, data: bytes) -> Dense:
+    """One submission's dense update as the validator decodes it ({} when it does not decode)."""
+    result = decode_submission(data, param_spec(ctx.model), Expected(verify_signature=False), ctx.tools.codec)
+    return {} if result.update is None else {n: p.dense() for n, p in result.update.params.items()}
 
 
 def train_partial(ctx: PeerContext, steps_fraction: float = 1.0, pages_fraction: float = 1.0) -> Dense:
