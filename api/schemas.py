@@ -167,6 +167,12 @@ class SubmissionOut(Schema):
     payload_digest: str | None
     storage_time: datetime | None
     fetched_time: datetime | None
+    norm: float | None = Field(default=None, description="the decoded update's total norm (valid updates)")
+    inflation: float | None = Field(
+        default=None,
+        description="the update's median per-parameter norm ÷ the window's clip reference: above "
+        "max_inflation (1.25 by default) it is evaluated and rated but not aggregated",
+    )
 
 
 class CopyPairOut(Schema):

@@ -123,6 +123,8 @@ class Submission(Base):
     fetched_time: Mapped[datetime | None]
     first_seen: Mapped[float | None]
     seen_resolution_s: Mapped[float | None]
+    norm: Mapped[float | None]
+    inflation: Mapped[float | None]
 
 
 class Evaluation(Base):

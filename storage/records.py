@@ -64,6 +64,10 @@ class SubmissionRecord:
     # have happened (None: unbounded). They decide who copied whom, so replay needs them exactly.
     first_seen: float | None = None
     seen_resolution_s: float | None = None
+    # The decoded update's total norm, and its median per-parameter norm ÷ the window's clip reference
+    # (scoring/clipping.py `inflation`): above `max_inflation` it is not aggregated. None: no valid update.
+    norm: float | None = None
+    inflation: float | None = None
 
     def __post_init__(self) -> None:
         if self.status not in SUBMISSION_STATUSES:

@@ -61,6 +61,9 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
             payload_digest=f"{window:032x}{i:032x}",
             storage_time=t0,
             fetched_time=t0,
+            # the last valid peer's update sits far above the honest band: evaluated, not aggregated
+            norm=None if i >= missing else 2.0 + i,
+            inflation=None if i >= missing else 1.6 if i == missing - 1 else 0.9,
         )
         for i in range(n_peers)
     ]

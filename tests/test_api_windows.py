@@ -37,6 +37,9 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
     assert statuses[hotkey(N_PEERS - 1)] == ("invalid", "bad_signature")
     assert statuses[hotkey(N_PEERS - 2)] == ("missing", "missing")
     assert statuses[hotkey(0)] == ("ok", None)
+    norms = {s["hotkey"]: (s["norm"], s["inflation"]) for s in body["submissions"]}
+    assert norms[hotkey(0)] == (2.0, 0.9) and norms[hotkey(N_PEERS - 3)] == (2.0 + N_PEERS - 3, 1.6)
+    assert norms[hotkey(N_PEERS - 1)] == (None, None)  # no valid update
     assert [e["hotkey"] for e in body["evaluations"]] == [hotkey(0), hotkey(1), hotkey(2)]
     assert body["copy_pairs"] == [
         {

@@ -98,6 +98,12 @@ def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> Non
     assert weighted and all(r.stored["links"] is not None for r in weighted)
     moved = replace(weighted[0], stored={**weighted[0].stored, "weight": weighted[0].stored["weight"] * 1.5})
     assert moved.differences(0.0) == ["weight"]
+    # each valid update's inflation (its norm against the clip reference) is recorded and re-derived
+    valid = [r for r in rows if r.stored["status"] == "ok"]
+    assert valid and all(0.0 < r.stored["inflation"] < 1.25 for r in valid if r in weighted)
+    assert all(r.stored["inflation"] is not None for r in valid)
+    lifted = replace(valid[0], stored={**valid[0].stored, "inflation": valid[0].stored["inflation"] * 2})
+    assert lifted.differences(0.0) == ["inflation"]
 
 
 def test_workdir_has_everything_replay_needs(scenario: ScenarioRun) -> None:

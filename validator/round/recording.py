@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
+from scoring.clipping import inflation
 from scoring.loss_score import PeerEval
 from scoring.penalties import miss_multiplier
 from scoring.ranking import PeerRating, RatingConfig, RatingState, Status
@@ -36,8 +37,11 @@ def _time(ts: float | None) -> datetime | None:
         return None
 
 
-def submission_record(p: PeerWindow, key: str) -> SubmissionRecord:
+def submission_record(
+    p: PeerWindow, key: str, reference: Mapping[str, float] | None = None
+) -> SubmissionRecord:
     f = p.fetch
+    norms = p.update.norms() if p.valid and p.update is not None else None
     return SubmissionRecord(
         hotkey=p.hotkey,
         uid=p.uid,
@@ -53,6 +57,8 @@ def submission_record(p: PeerWindow, key: str) -> SubmissionRecord:
         fetched_time=_time(f.fetched_at) if f is not None and f.fetched_at else None,
         first_seen=f.first_seen if f is not None else None,
         seen_resolution_s=_finite(f.seen_resolution_s) if f is not None else None,
+        norm=math.sqrt(sum(n * n for n in norms.values())) if norms is not None else None,
+        inflation=inflation(norms, reference) if norms is not None and reference else None,
     )
 
 
@@ -145,7 +151,9 @@ def window_record(
     uids = {p.hotkey: p.uid for p in peers}
     return replace(
         header,
-        submissions=[submission_record(p, object_key(header.window, p.hotkey)) for p in peers],
+        submissions=[
+            submission_record(p, object_key(header.window, p.hotkey), scored.reference) for p in peers
+        ],
         evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
         ratings=[rating_record(rating) for rating in state.peers.values()],
         penalties=penalty_records(peers, state, cfg),

@@ -22,14 +22,17 @@ from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
-from validator.round.recording import evaluation_record, rating_record
+from validator.round.recording import evaluation_record, rating_record, submission_record
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
 from validator.state.ledger import Ledger
 from validator.stores.objstore import FetchResult
 from validator.telemetry.metrics import Metrics
 
-FIELDS = ("status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links")
+FIELDS = (
+    "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
+    "inflation",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,7 @@ def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
     ratings = {rating.hotkey: rating for rating in record.ratings}
     chosen = {s.hotkey: s.rank for s in record.selections if s.role == "gather"}
     weights = _weights(chosen, record.aggregate_weights)
-    return {
+    rows = {
         s.hotkey: _row(
             s.status,
             s.reason,
@@ -110,6 +113,9 @@ def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
         )
         for s in record.submissions
     }
+    for s in record.submissions:
+        rows[s.hotkey]["inflation"] = s.inflation
+    return rows
 
 
 def _weights(rank: Mapping[str, int], weights: Sequence[float]) -> dict[str, float]:
@@ -118,7 +124,7 @@ def _weights(rank: Mapping[str, int], weights: Sequence[float]) -> dict[str, flo
 
 
 def _recomputed_rows(
-    peers: list[PeerWindow], state: RatingState, selection: Selection[str]
+    peers: list[PeerWindow], state: RatingState, selection: Selection[str], reference: Mapping[str, float]
 ) -> dict[str, dict[str, Any]]:
     """The same columns, through the same record mapping the live round commits with."""
     gather = {h: i for i, h in enumerate(selection.gather)}
@@ -130,6 +136,7 @@ def _recomputed_rows(
         rows[p.hotkey] = _row(
             p.status, p.reason, evaluation, rating, p.hotkey in gather, weights.get(p.hotkey)
         )
+        rows[p.hotkey]["inflation"] = submission_record(p, "", reference).inflation
     return rows
 
 
@@ -162,6 +169,9 @@ def replay_window(
     )
     scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
     stored = _stored_rows(record)
-    again = _recomputed_rows(scored.peers, scored.ratings, scored.selection)
+    again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)
+    if all(s.norm is None for s in record.submissions):  # committed before norms were recorded
+        for row in again.values():
+            row["inflation"] = None
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]
