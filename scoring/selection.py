@@ -23,6 +23,7 @@ from statistics import median
 from typing import Generic, TypeVar
 
 K = TypeVar("K", int, str)  # uid or hotkey
+BAND_CAP = 2.0  # the honest band's top is at most this × the admissible updates' median inflation
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,8 @@ class SelectionConfig:
     # (bench_fidelity), power 1 left the final loss 4.1 % above honest-only, power 2 2.5 %
     contribution_power: float = 2.0
     # an update whose parameters sit, at the median, more than this × above the clip reference (the
-    # proven peers' upper quartile) is not aggregated: peers share one recipe, so their norms sit in
+    # proven peers' upper quartile; see `_band` for the first aggregated window, where nobody was
+    # proven before) is not aggregated: peers share one recipe, so their norms sit in
     # a narrow band (honest ≤ 1.0 in bench_fidelity's runs, weak ones lower); far above it, the update
     # claims more movement than the recipe makes (the `sandbag` behaviour: 1.38-1.47 in the mixed run,
     # its quarter of the training scaled ×4). Clipping bounds its effect; this keeps it out.
@@ -81,7 +83,9 @@ def select_aggregation(
     twins: Sequence[tuple[str, str]] = (),
 ) -> Selection[str]:
     """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
-    admissible = [c for c in candidates if _admissible(c, cfg)]
+    evidence = [c for c in candidates if _admissible(c, cfg)]
+    limit = cfg.max_inflation * _band([c.inflation for c in evidence])
+    admissible = [c for c in evidence if c.inflation <= limit]
     gains = [c.gain for c in admissible if c.gain is not None]
     floor = cfg.gain_floor * median(gains) if gains else 0.0
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
@@ -137,7 +141,21 @@ def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
     return sorted(groups, key=min)
 
 
+def _band(inflations: Sequence[float]) -> float:
+    """The top of the honest band in units of the clip reference: 1 once the reference comes from
+    proven peers (their upper quartile). In the first aggregated window it is taken over every valid
+    update, and a crowd of tiny ones there would make each full update look inflated: the band is
+    then the upper quartile of the admissible updates' own inflations, at most twice their median
+    (as the clip reference is capped), so a coalition of inflated peers cannot lift it alone."""
+    if not inflations:
+        return 1.0
+    ordered = sorted(inflations)
+    position = 0.75 * (len(ordered) - 1)
+    low, frac = int(position), position - int(position)
+    upper = ordered[low] + (ordered[min(low + 1, len(ordered) - 1)] - ordered[low]) * frac
+    return max(1.0, min(upper, BAND_CAP * median(ordered)))
+
+
 def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:
     evidence = c.gain is not None and c.gain > 0.0 and (not cfg.require_indicator or c.indicator == 1)
-    within = c.inflation <= cfg.max_inflation
-    return evidence and within and c.proven and not c.banned and c.neg_streak < cfg.max_negative_streak
+    return evidence and c.proven and not c.banned and c.neg_streak < cfg.max_negative_streak

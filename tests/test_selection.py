@@ -149,6 +149,19 @@ def test_an_update_inflated_above_the_honest_band_is_not_aggregated() -> None:
     assert set(select_window(state, peers, 5, RankingConfig()).gather) == set(scales)
 
 
+def test_a_reference_held_by_a_crowd_of_tiny_updates_does_not_shut_out_full_ones() -> None:
+    """The first aggregated window's reference counts every valid update: with tiny ones holding
+    its upper quartile, full updates sit 50× above it. The band follows the admissible updates
+    (their upper quartile, at most twice their median), so the full ones are aggregated and one
+    scaled ×1.7 beside them still is not; a coalition of inflated peers cannot lift the band alone."""
+    full = [cand(f"h{i}", inflation=50.0 + i / 10) for i in range(4)]
+    sel = select_aggregation([*full, cand("big", inflation=85.0), cand("junk", gain=-0.01, inflation=1.0)])
+    assert set(sel.gather) == {"h0", "h1", "h2", "h3"}
+    honest = [cand(f"h{i}", inflation=1.0) for i in range(5)]
+    inflated = [cand(f"s{i}", inflation=4.0) for i in range(3)]  # q75 theirs, capped at 2 × median
+    assert set(select_aggregation([*honest, *inflated]).gather) == {f"h{i}" for i in range(5)}
+
+
 def test_inflation_is_the_median_parameter_ratio() -> None:
     """One parameter far above its reference (rows only this peer's data touched) does not make the
     update inflated; every parameter scaled up does. Parameters without a reference are skipped."""
