@@ -40,11 +40,12 @@ def quantile_norms(
     out = {}
     for name in norms[0]:
         real = sorted(n[name] for n in norms if n[name] > floor)
-        out[name] = _interpolated(real, quantile) if real else 0.0
+        out[name] = interpolated(real, quantile) if real else 0.0
     return out
 
 
-def _interpolated(ordered: Sequence[float], quantile: float) -> float:
+def interpolated(ordered: Sequence[float], quantile: float) -> float:
+    """The `quantile` of sorted values, linear between neighbours (the median exactly at 0.5)."""
     if quantile == 0.5:  # bit for bit the median DESIGN.md names (and earlier windows were scored with)
         return float(median(ordered))
     position = quantile * (len(ordered) - 1)
@@ -74,7 +75,7 @@ def inflation(norms: Mapping[str, float], reference: Mapping[str, float]) -> flo
     parameters (embedding rows the peer's data touched) may legitimately stand out; an update
     scaled up as a whole stands out in most of them. 0 when nothing is comparable."""
     ratios = sorted(norms[k] / r for k, r in reference.items() if k in norms and r > 0.0)
-    return _interpolated(ratios, 0.5) if ratios else 0.0
+    return interpolated(ratios, 0.5) if ratios else 0.0
 
 
 def clip_factors(params: Mapping[str, SparseParam], reference: Mapping[str, float]) -> dict[str, float]:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Generic, TypeVar
 
+from scoring.clipping import interpolated
+
 K = TypeVar("K", int, str)  # uid or hotkey
 BAND_CAP = 2.0  # the honest band's top is at most this × the admissible updates' median inflation
 
@@ -150,10 +152,7 @@ def _band(inflations: Sequence[float]) -> float:
     if not inflations:
         return 1.0
     ordered = sorted(inflations)
-    position = 0.75 * (len(ordered) - 1)
-    low, frac = int(position), position - int(position)
-    upper = ordered[low] + (ordered[min(low + 1, len(ordered) - 1)] - ordered[low]) * frac
-    return max(1.0, min(upper, BAND_CAP * median(ordered)))
+    return max(1.0, min(interpolated(ordered, 0.75), BAND_CAP * median(ordered)))
 
 
 def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:
