@@ -42,6 +42,7 @@ class Reason:
     NON_FINITE: Final = "non_finite"
     NORM_OUTLIER: Final = "norm_outlier"
     DUPLICATE_PAYLOAD: Final = "duplicate_payload"
+    RECYCLED: Final = "recycled"  # an earlier window's update under a new digest (scoring/recycling.py)
     COPY: Final = "copy"
     LATE: Final = "late"
     EARLY: Final = "early"

@@ -61,6 +61,22 @@ def seen_payload_digests(*, session: Session, digests: list[str], before_window:
     return {d for d in session.scalars(stmt.distinct()) if d is not None}
 
 
+def valid_archived(*, session: Session, first_window: int, before_window: int) -> list[tuple[int, str, str]]:
+    """(window, hotkey, content digest) of the valid, archived submissions of windows in
+    [first_window, before_window), by window then hotkey: what a recycled update is compared with."""
+    stmt = (
+        select(m.Submission.window, m.Submission.hotkey, m.Submission.content_digest)
+        .where(
+            m.Submission.window >= first_window,
+            m.Submission.window < before_window,
+            m.Submission.status == "ok",
+            m.Submission.content_digest.is_not(None),
+        )
+        .order_by(m.Submission.window, m.Submission.hotkey)
+    )
+    return [(w, h, d) for w, h, d in session.execute(stmt) if d is not None]
+
+
 def rank_key(final_score: float, mu: float, sigma: float, uid: int, hotkey: str = "") -> tuple[Any, ...]:
     """THE ranking rule, used by the API, the dashboard (through the API) and the CLI table: best
     final score first, then the better ordinal mu - 3 sigma (many peers tie at final 0, and an ok

@@ -41,9 +41,10 @@ def test_every_invalid_submission_has_its_reason(scenario: ScenarioRun) -> None:
         if window > FIRST:  # in their first window these two have nothing old to send
             assert seen["replay"][0] == ("invalid", Reason.WRONG_WINDOW)
             assert seen["stale"][0] == ("invalid", Reason.STALE_BASE)
-            # it resends the last aggregate: all zeros (`zero_update`) when the last window aggregated nothing
+            # it resends the last aggregate, which repeats the updates aggregated in it (`recycled`),
+            # or is all zeros (`zero_update`) when the last window aggregated nothing
             aggregated = scenario.reports[i - 1].selection.gather
-            assert seen["free_rider"][0] == (("ok", None) if aggregated else ("invalid", Reason.ZERO_UPDATE))
+            assert seen["free_rider"][0] == ("invalid", Reason.RECYCLED if aggregated else Reason.ZERO_UPDATE)
         else:
             assert seen["free_rider"][0] == ("missing", Reason.MISSING)
 
@@ -104,6 +105,24 @@ def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> Non
     assert all(r.stored["inflation"] is not None for r in valid)
     lifted = replace(valid[0], stored={**valid[0].stored, "inflation": valid[0].stored["inflation"] * 2})
     assert lifted.differences(0.0) == ["inflation"]
+
+
+def test_replay_re_derives_recycled_work_from_the_archive(scenario: ScenarioRun) -> None:
+    """The free rider's resent aggregate is `recycled` in the last window; replay reads the earlier
+    windows' updates back from the archive and reaches the same verdict."""
+    from validator.round.replay import replay_window
+    from validator.wiring import load_model, round_config
+
+    runner, window = scenario.runner, FIRST + WINDOWS - 1
+    rows = replay_window(
+        window, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        dataset=runner.dataset, cfg=round_config(runner.settings),
+    )  # fmt: skip
+    rider = next(h for h, b in scenario.behaviour().items() if b == "free_rider")
+    row = next(r for r in rows if r.hotkey == rider)
+    assert (row.stored["status"], row.stored["reason"]) == ("invalid", Reason.RECYCLED)
+    assert row.differences(0.0) == []
+    assert [r.hotkey for r in rows if r.differences(0.0)] == []
 
 
 def test_workdir_has_everything_replay_needs(scenario: ScenarioRun) -> None:

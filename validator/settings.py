@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     norm_outlier_factor: float = Field(default=10.0, gt=1)
     clip_quantile: float = Field(default=0.75, ge=0.5, lt=1)  # of proven peers' norms: the clip reference
     clip_cap: float = Field(default=2.0, ge=1)  # ... at most this × their median
+    recycled_windows: int = Field(default=2, ge=0)  # earlier windows a submission must not repeat
     checkpoint_every: int = Field(default=10, ge=1)
 
     # ranking and selection

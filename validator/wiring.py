@@ -72,6 +72,7 @@ def round_config(s: Settings) -> RoundConfig:
             norm_outlier_factor=s.norm_outlier_factor,
             clip_quantile=s.clip_quantile,
             clip_cap=s.clip_cap,
+            recycled_windows=s.recycled_windows,
         ),
         eval=EvalConfig(
             public_seed=s.public_seed,

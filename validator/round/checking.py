@@ -41,6 +41,8 @@ class CheckConfig:
     # An update (or one parameter of it) with a total norm at or below this is empty: counted in the
     # clip reference, a crowd of empty sybils would make it 0 and clip every honest update to nothing.
     zero_norm: float = 1e-12
+    # updates of this many earlier windows that a submission must not repeat (scoring/recycling.py)
+    recycled_windows: int = 2
 
     def __post_init__(self) -> None:
         if self.norm_outlier_factor <= 1.0:
@@ -51,6 +53,8 @@ class CheckConfig:
             raise ValueError("clip_cap must be >= 1 (× the median norm)")
         if not 0.0 <= self.zero_norm < 1e-3:
             raise ValueError("zero_norm must be in [0, 1e-3)")
+        if self.recycled_windows < 0:
+            raise ValueError("recycled_windows must be >= 0")
 
 
 Judged = tuple[str, DecodeResult]  # (content digest of the bytes, what the decoder made of them)

@@ -35,6 +35,7 @@ from validator.round.outcomes import PeerWindow
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.publishing import SelectionPublisher, selection_document
 from validator.round.recording import window_record
+from validator.round.recycling import earlier_loader
 from validator.round.stages import Hook, Stages, no_hook
 from validator.round.weighing import Weigher
 from validator.round.window import WindowSeed
@@ -129,6 +130,7 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         evaluator=rnd.judging.evaluate,
         budget=lambda: _budget(rnd.cfg, per_peer, started),
         remote=remote,
+        earlier=earlier_loader(rnd.ledger, window, ctx.spec, rnd.cfg.check),
     )
     scored = score_window(ctx, peers, inputs, stages)
     updates = {p.hotkey: p.update for p in scored.peers if p.update is not None}

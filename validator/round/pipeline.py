@@ -1,7 +1,7 @@
 """One window scored from its inputs: the live round and replay both run exactly this.
 
-decode → replays → empty updates and outliers → copies → clip reference → held-out → evaluate →
-rate → select. The live round decodes while it downloads, so its peers arrive judged and the
+decode → replays → empty updates and outliers → copies → recycled work → clip reference → held-out →
+evaluate → rate → select. The live round decodes while it downloads, so its peers arrive judged and the
 decode step finds nothing left to do; replay hands in the archived bytes and decodes them here.
 """
 
@@ -31,6 +31,7 @@ from validator.round.evaluation import (
 from validator.round.outcomes import PeerWindow, Scored
 from validator.round.rating import rate_window, select_window, twins_of
 from validator.round.recording import recordable
+from validator.round.recycling import EarlierLoader, no_earlier, reject_recycled
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
 from validator.workers.stats import WorkerStats
@@ -65,6 +66,7 @@ class WindowInputs:
     budget: Callable[[], int]  # how many peers the evaluation may take, asked when it starts
     only: Collection[str] | None = None  # evaluate exactly these (replay: the recorded peers)
     remote: RemoteEvaluation | None = None  # evaluate on workers instead of `evaluator`
+    earlier: EarlierLoader = no_earlier  # earlier windows' valid updates (the recycled-work check)
 
 
 def score_window(
@@ -98,6 +100,8 @@ def _check(
 ) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
     checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
+    if any(p.valid for p in checked):  # another sample than the copy check's: seed + 1
+        checked = reject_recycled(checked, inputs.earlier(), cfg.check, seed=ctx.seed.number + 1)
     trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
     return checked, copies, clip_reference(checked, cfg.check, trusted)
 

@@ -23,6 +23,7 @@ from validator.round.config import RoundConfig
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.recording import evaluation_record, rating_record, submission_record
+from validator.round.recycling import earlier_loader
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
 from validator.state.ledger import Ledger
@@ -166,6 +167,7 @@ def replay_window(
         evaluator=evaluate_peers,
         budget=lambda: len(peers),
         only={e.hotkey for e in record.evaluations},
+        earlier=earlier_loader(ledger, window, ctx.spec, cfg.check),
     )
     scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
     stored = _stored_rows(record)

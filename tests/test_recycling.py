@@ -1,0 +1,110 @@
+"""Recycled work across windows, on real updates of the tiny model (scoring/recycling.py, issue 12).
+
+Honest peers train two windows with error feedback, the model advancing by their mean in between.
+Another peer's last update with a few codes changed, the last global aggregate re-encoded, and the
+last update with noise added and re-sparsified are caught; honest peers never are, at one inner step
+(their updates share most positions) as at twenty."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scoring.data import Dataset, assigned_pages, batches
+from scoring.encoder import compress_to_sparse
+from scoring.model import ModelConfig, build_model
+from scoring.recycling import Earlier, find_recycled
+from scoring.train import InnerConfig, train_inner
+from scoring.types import SparseParam
+from scoring.uniqueness import CopyTier
+
+Update = dict[str, SparseParam]
+Dense = dict[str, torch.Tensor]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    from tests.loss_score_fixtures import corpus_dataset
+
+    torch.set_num_threads(1)
+    return corpus_dataset(tmp_path_factory.mktemp("corpus"))
+
+
+def two_windows(ds: Dataset, steps: int, peers: int) -> tuple[list[Update], list[Update], Dense]:
+    """Each honest peer's update of window 1 and of window 2, and window 1's dense mean update."""
+    model = build_model(ModelConfig.tiny(), seed=0)
+    feedback: list[Dense] = [{} for _ in range(peers)]
+    windows: list[list[Update]] = []
+    mean: Dense = {}
+    for window in (1, 2):
+        sent = []
+        for uid in range(peers):
+            pages = assigned_pages(window, uid + 1, public_seed="recycling", n_pages=8, dataset=ds)
+            delta = train_inner(model, batches(ds, pages, 8), InnerConfig(steps=steps, lr=2e-3))
+            sent.append(compress_to_sparse(delta, feedback[uid]))
+        windows.append(sent)
+        if window == 1:
+            mean = {n: sum(u[n].dense() for u in sent) / peers for n in sent[0]}  # type: ignore[misc]
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    p -= mean[n]
+    return windows[0], windows[1], mean
+
+
+def perturbed(update: Update, seed: int) -> Update:
+    """The same positions, 1 % of the values changed (the digest differs)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for n, p in update.items():
+        flip = torch.rand(p.values.shape, generator=gen) < 0.01
+        out[n] = SparseParam(p.shape, p.indices, torch.where(flip, -p.values, p.values))
+    return out
+
+
+def noisy(update: Update, seed: int) -> Update:
+    gen = torch.Generator().manual_seed(seed)
+    dense = {}
+    for n, p in update.items():
+        rms = p.values.norm() / max(p.values.numel(), 1) ** 0.5
+        dense[n] = p.dense() + torch.randn(p.shape, generator=gen) * 0.5 * rms
+    return compress_to_sparse(dense, None)
+
+
+def earlier(updates: list[Update]) -> list[Earlier]:
+    return [Earlier(f"p{i}", 1, u) for i, u in enumerate(updates)]
+
+
+def current(updates: list[Update]) -> list[tuple[str, Update]]:
+    return [(f"p{i}", u) for i, u in enumerate(updates)]
+
+
+@pytest.mark.parametrize("steps", [1, 20])
+def test_honest_updates_of_consecutive_windows_are_never_recycled(dataset: Dataset, steps: int) -> None:
+    first, second, _ = two_windows(dataset, steps, peers=5)
+    for seed in range(3):
+        assert find_recycled(current(second), earlier(first), seed=seed) == {}
+
+
+def test_last_windows_updates_under_a_new_digest_are_caught(dataset: Dataset) -> None:
+    first, second, mean = two_windows(dataset, 20, peers=5)
+    thieves = [
+        ("stale", perturbed(first[2], 1)),  # another peer's last update, a few values changed
+        ("free_rider", compress_to_sparse({n: t.clone() for n, t in mean.items()}, None)),
+        ("noisy_stale", noisy(first[3], 2)),  # re-sparsified: positions shared far less
+        ("self_replay", perturbed(first[4], 3)),
+    ]
+    for seed in range(3):
+        found = find_recycled(current(second) + thieves, earlier(first), seed=seed)
+        assert set(found) == {"stale", "free_rider", "noisy_stale", "self_replay"}, found
+        assert (found["stale"].source, found["stale"].window) == ("p2", 1)
+        assert found["stale"].tier is CopyTier.BAN and found["stale"].overlap > 0.95
+        assert found["noisy_stale"].source == "p3" and found["noisy_stale"].overlap < 0.5
+        assert found["self_replay"].source == "p4"
+        assert found["free_rider"].tier >= CopyTier.HALVE
+
+
+def test_nothing_to_compare_finds_nothing(dataset: Dataset) -> None:
+    first, second, _ = two_windows(dataset, 2, peers=2)
+    assert find_recycled(current(second), [], seed=0) == {}
+    assert find_recycled([], earlier(first), seed=0) == {}
+    assert find_recycled(current(second[:1]), earlier(first[:1]), seed=0) == {}  # too few to calibrate
