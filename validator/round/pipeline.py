@@ -100,8 +100,8 @@ def _check(
 ) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
     checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
-    if any(p.valid for p in checked):  # another sample than the copy check's: seed + 1
-        checked = reject_recycled(checked, inputs.earlier(), cfg.check, seed=ctx.seed.number + 1)
+    # another sample of chunks than the copy check's: seed + 1
+    checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
     trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
     return checked, copies, clip_reference(checked, cfg.check, trusted)
 
