@@ -3,10 +3,10 @@
 A replay is caught by its payload digest; flipping a few value codes, or re-encoding another peer's
 last update or the last global aggregate, gives a new digest and used to pass every check: it then
 scored a small positive gain and could be aggregated whenever the noisy proof of training let it
-through. This compares each of this window's valid updates with the valid updates of the last few
-windows, with the machinery of the copy check (scoring/similarity.py: one seeded sample of chunks,
-positions and residual values beyond the consensus of all compared updates), calibrated on the
-cross-window pairs themselves:
+through. This compares each of this window's valid updates with the updates aggregated in the last
+few windows (validator/round/recycling.py says why only those), with the machinery of the copy check
+(scoring/similarity.py: one seeded sample of chunks, positions and residual values beyond the
+consensus of all compared updates), calibrated on the cross-window pairs themselves:
 
 - strength = max(overlap excess over the median cross-window pair, residual similarity), and, as for
   copies, positions alone never flag a pair whose residuals do not agree (`similarity_floor`);
@@ -38,7 +38,7 @@ DEFAULT = UniquenessConfig()
 
 @dataclass(frozen=True, slots=True)
 class Earlier:
-    """A valid update of an earlier window: whose, of which window, and the update itself."""
+    """An update of an earlier window: whose, of which window, and the update itself."""
 
     hotkey: str
     window: int

@@ -61,15 +61,21 @@ def seen_payload_digests(*, session: Session, digests: list[str], before_window:
     return {d for d in session.scalars(stmt.distinct()) if d is not None}
 
 
-def valid_archived(*, session: Session, first_window: int, before_window: int) -> list[tuple[int, str, str]]:
-    """(window, hotkey, content digest) of the valid, archived submissions of windows in
+def aggregated_archived(
+    *, session: Session, first_window: int, before_window: int
+) -> list[tuple[int, str, str]]:
+    """(window, hotkey, content digest) of the archived submissions aggregated in windows
     [first_window, before_window), by window then hotkey: what a recycled update is compared with."""
     stmt = (
         select(m.Submission.window, m.Submission.hotkey, m.Submission.content_digest)
+        .join(
+            m.Selection,
+            (m.Selection.window == m.Submission.window) & (m.Selection.hotkey == m.Submission.hotkey),
+        )
         .where(
             m.Submission.window >= first_window,
             m.Submission.window < before_window,
-            m.Submission.status == "ok",
+            m.Selection.role == "gather",
             m.Submission.content_digest.is_not(None),
         )
         .order_by(m.Submission.window, m.Submission.hotkey)

@@ -10,6 +10,7 @@ from sqlalchemy import Engine, func, select
 from storage import models as m
 from storage.db import session_scope
 from storage.queries import (
+    aggregated_archived,
     latest_committed_window,
     leaderboard,
     list_windows,
@@ -196,3 +197,17 @@ def test_seen_payload_digests_finds_only_earlier_windows(engine: Engine) -> None
         assert seen_payload_digests(session=s, digests=[old, new, "f" * 64], before_window=6) == {old}
         assert seen_payload_digests(session=s, digests=[old], before_window=5) == set()
         assert seen_payload_digests(session=s, digests=[], before_window=9) == set()
+
+
+def test_aggregated_archived_lists_only_gathered_submissions_of_the_windows_asked(engine: Engine) -> None:
+    with session_scope(engine) as s:
+        for w in (4, 5, 6):
+            commit_window(session=s, record=make_window(w, n_gather=2 if w == 5 else 3))
+    with session_scope(engine) as s:
+        rows = aggregated_archived(session=s, first_window=5, before_window=7)
+        none = aggregated_archived(session=s, first_window=7, before_window=9)
+    # reserve (hotkey 3 in window 5, hotkey 3 in 6) and the other valid peers are not aggregated
+    assert rows == [(5, hotkey(0), f"{0:064x}"), (5, hotkey(1), f"{1:064x}")] + [
+        (6, hotkey(i), f"{i:064x}") for i in range(3)
+    ]
+    assert none == []

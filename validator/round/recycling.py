@@ -1,10 +1,10 @@
-"""The recycled-work check of a window (scoring/recycling.py): earlier windows' valid updates, read
-back from the archive, and the rejection of this window's updates that repeat one of them.
+"""The recycled-work check of a window (scoring/recycling.py): the updates earlier windows
+aggregated, read back from the archive, and the rejection of this window's updates that repeat one of them.
 
 Memory is bounded as for the window's own submissions (issue 14): each earlier submission is
 written to a file of a temporary folder and its update decoded from there one parameter at a time
 (`judge_file`), so the check holds the sampled chunks of every update, never whole updates. Its
-cost is reading `recycled_windows` windows' valid submissions back from the archive each window
+cost is reading `recycled_windows` windows' aggregated submissions back from the archive each window
 (the demo: a few milliseconds per submission)."""
 
 from __future__ import annotations
@@ -34,16 +34,19 @@ def no_earlier(folder: Path) -> Sequence[Earlier]:
 
 
 def earlier_loader(ledger: Ledger, window: int, spec: ParamSpec, cfg: CheckConfig) -> EarlierLoader:
-    """Reads the valid submissions of the `cfg.recycled_windows` windows before `window` from the
-    archive into the folder it is called with. The live round and replay both use it, so replay
-    compares with the same updates; one the retention has pruned is skipped (there is nothing left
-    to compare with)."""
+    """Reads the submissions aggregated in the `cfg.recycled_windows` windows before `window` from the
+    archive into the folder it is called with. Only aggregated ones: they are what is worth
+    recycling (the last aggregate is their mean), and a framer must get its bait aggregated first
+    (an update trained a window early on the pages a victim will be assigned next, which are public,
+    would otherwise resemble the victim's next update and could get it rejected). The live round and
+    replay both use it, so replay compares with the same updates; one the retention has pruned is
+    skipped (there is nothing left to compare with)."""
 
     def load(folder: Path) -> list[Earlier]:
         if cfg.recycled_windows == 0:
             return []
         out, missing = [], 0
-        for i, (w, hotkey, digest) in enumerate(ledger.valid_archived(window, cfg.recycled_windows)):
+        for i, (w, hotkey, digest) in enumerate(ledger.aggregated_archived(window, cfg.recycled_windows)):
             try:
                 data = ledger.archive.get(digest)
             except KeyError:

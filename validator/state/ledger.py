@@ -78,10 +78,13 @@ class Ledger:
             lambda s: queries.seen_payload_digests(session=s, digests=digests, before_window=window)
         )
 
-    def valid_archived(self, window: int, windows: int) -> list[tuple[int, str, str]]:
-        """(window, hotkey, content digest) of the valid submissions of the `windows` windows before."""
+    def aggregated_archived(self, window: int, windows: int) -> list[tuple[int, str, str]]:
+        """(window, hotkey, content digest) of the submissions aggregated in the `windows` windows
+        before `window`."""
         first = window - windows
-        return self._tx(lambda s: queries.valid_archived(session=s, first_window=first, before_window=window))
+        return self._tx(
+            lambda s: queries.aggregated_archived(session=s, first_window=first, before_window=window)
+        )
 
     def window_detail(self, window: int) -> WindowRecord | None:
         return self._tx(lambda s: queries.window_detail(session=s, window=window))
