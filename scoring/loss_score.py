@@ -3,11 +3,17 @@
 Each update is applied to the shared model in place and sparsely (θ[idx] ← θ[idx] − β·c·v, with c the
 median-norm clip factor), three forward passes are run, and the saved originals are written back, so
 the model is bit-identical after any number of peers. Nothing per peer is dense.
+
+A fourth pass measures the held-out loss with the update applied at the outer step itself
+(`outer_lr` instead of β): `retention` compares the update's gain there with its gain at β. A short
+training scaled up to an honest norm is steep along the first gradient directions and keeps markedly
+less of it than updates made by the recipe (scoring/selection.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -62,6 +68,17 @@ class PeerEval:
     own_gain: float
     indicator: int
     timings: Timings
+    loss_rand_step: float | None = None  # held-out loss with the update applied at the outer step
+
+
+def retention(e: PeerEval) -> float | None:
+    """Held-out gain at the outer step ÷ held-out gain at β: outer_lr ÷ β (5 by default) for a loss
+    linear along the update, less the more the update overshoots. None without a positive gain at β.
+    Only its ratio to the window's other updates is used, so the step sizes need not be known."""
+    gain = e.loss_rand_before - e.loss_rand_after
+    if e.loss_rand_step is None or not math.isfinite(e.loss_rand_step) or not gain > 0.0:
+        return None
+    return (e.loss_rand_before - e.loss_rand_step) / gain
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +199,13 @@ class Baseline:
 def evaluate_peer(
     model: LlamaModel, job: PeerJob, own: Batches, base: Baseline, *, wait_s: float = 0.0
 ) -> PeerEval:
-    """The three forward passes for one peer around one sparse apply/restore."""
+    """The four forward passes for one peer around two sparse apply/restores (at β, then at the
+    outer step)."""
     t0 = time.perf_counter()
     own_before = mean_loss(model, own)
+    factors = clip_factors(job.update, base.reference)
     t1 = time.perf_counter()
-    saved = apply_sparse(model, job.update, clip_factors(job.update, base.reference), base.cfg.beta)
+    saved = apply_sparse(model, job.update, factors, base.cfg.beta)
     t2 = time.perf_counter()
     try:
         own_after = mean_loss(model, own)
@@ -195,11 +214,25 @@ def evaluate_peer(
         t3 = time.perf_counter()
         restore(saved)
     t4 = time.perf_counter()
+    saved = apply_sparse(model, job.update, factors, base.cfg.outer_lr)
+    t5 = time.perf_counter()
+    try:
+        rand_step = mean_loss(model, base.heldout)
+    finally:
+        t6 = time.perf_counter()
+        restore(saved)
+    t7 = time.perf_counter()
     score, own_gain, indicator = score_losses(own_before, own_after, base.loss_before, rand_after)
-    timings = Timings(wait_s, t2 - t1, (t1 - t0) + (t3 - t2), t4 - t3, t4 - t0 + wait_s)
-    return PeerEval(
-        job.uid, own_before, own_after, base.loss_before, rand_after, score, own_gain, indicator, timings
+    apply_s, forward_s, restore_s = (
+        (t2 - t1) + (t5 - t4),
+        (t1 - t0) + (t3 - t2) + (t6 - t5),
+        (t4 - t3) + (t7 - t6),
     )
+    timings = Timings(wait_s, apply_s, forward_s, restore_s, t7 - t0 + wait_s)
+    return PeerEval(
+        job.uid, own_before, own_after, base.loss_before, rand_after, score, own_gain, indicator, timings,
+        rand_step,
+    )  # fmt: skip
 
 
 def evaluate_peers(

@@ -3,7 +3,8 @@
 `select_aggregation` is the policy the round uses. Inclusion is decided by evidence, order by rating:
 a peer is aggregated when it has *proven* its training (ranking.proven), its held-out gain this
 window reaches `gain_floor` × the median gain of the window's admissible peers (the honest
-consensus), and its norm is not inflated far above the window's honest band (`max_inflation`).
+consensus), its norm is not inflated far above the window's honest band (`max_inflation`), and it
+keeps its gain at the outer step about as well as the window's typical update (`min_retention`).
 Everybody who passes is aggregated, up to `gather_peers`, best final score first: a rating at 0
 among equals no longer throws proven honest work away, and a peer whose contribution is a small
 fraction of the consensus (a perturbed copy, half of a split update, a stale update) no longer
@@ -47,6 +48,13 @@ class SelectionConfig:
     # claims more movement than the recipe makes (the `sandbag` behaviour: 1.38-1.47 in the mixed run,
     # its quarter of the training scaled ×4). Clipping bounds its effect; this keeps it out.
     max_inflation: float = 1.25
+    # an update whose gain at the outer step ÷ its gain at β (`retention`, scoring/loss_score.py) is
+    # under this × the window's median is not aggregated: a quarter of the
+    # training rescaled to an honest norm (`sandbag_matched`) scores well at the small evaluation
+    # step and overshoots at the real one. Measured in bench_fidelity's runs (windows 3-8, three
+    # seeds, this ÷ the window's median): honest and graded peers 0.94-1.11, the rescaled quarter
+    # 0.77-0.94 (17 of 18 windows under 0.92), `sandbag` 0.68-0.92. 0 turns the rule off.
+    min_retention: float = 0.92
 
     def __post_init__(self) -> None:
         if self.gather_peers < 1 or self.reserve_peers < 0 or self.max_negative_streak < 1:
@@ -55,6 +63,8 @@ class SelectionConfig:
             raise ValueError("need 0 <= gain_floor <= 1 and contribution_power >= 0")
         if self.max_inflation < 1.0:
             raise ValueError("max_inflation must be >= 1 (× the clip reference)")
+        if not 0.0 <= self.min_retention < 1.0:
+            raise ValueError("min_retention must be in [0, 1) (× the window's median retention)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +80,7 @@ class Candidate:
     neg_streak: int = 0
     mass: float = 1.0  # the clipped update's norm ÷ the clip reference's, in (0, 1]
     inflation: float = 0.0  # the raw update's median per-parameter norm ÷ the reference's (clipping.py)
+    retention: float | None = None  # held-out gain at the outer step ÷ at β (scoring/loss_score.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +98,7 @@ def select_aggregation(
     """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
     evidence = [c for c in candidates if _admissible(c, cfg)]
     limit = cfg.max_inflation * _band([c.inflation for c in evidence])
-    admissible = [c for c in evidence if c.inflation <= limit]
+    admissible = _retained([c for c in evidence if c.inflation <= limit], cfg.min_retention)
     gains = [c.gain for c in admissible if c.gain is not None]
     floor = cfg.gain_floor * median(gains) if gains else 0.0
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
@@ -127,6 +138,16 @@ def contribution_weights(
     masses = [min(_mass(c) / max(typical_mass, 1e-6), 1.0) for c in gather]
     total = sum(w * m for w, m in zip(shares, masses, strict=True))
     return tuple(w / total for w in shares) if total > 0.0 else ()
+
+
+def _retained(candidates: list[Candidate], floor: float) -> list[Candidate]:
+    """The candidates whose retention reaches `floor` × the median of theirs. Fewer than three
+    measured make no median worth trusting: nobody is then left out by it."""
+    measured = [c.retention for c in candidates if c.retention is not None]
+    if floor == 0.0 or len(measured) < 3:
+        return candidates
+    limit = floor * median(measured)
+    return [c for c in candidates if c.retention is None or c.retention >= limit]
 
 
 def _mass(c: Candidate) -> float:

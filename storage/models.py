@@ -139,6 +139,7 @@ class Evaluation(Base):
     own_gain: Mapped[float]
     indicator: Mapped[int]
     timings: Mapped[dict[str, Any]]
+    loss_rand_step: Mapped[float | None]
 
 
 class Rating(Base):

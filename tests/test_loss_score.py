@@ -6,6 +6,7 @@ import hashlib
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from scoring.loss_score import (
     evaluate_peers,
     mean_loss,
     restore,
+    retention,
     score_losses,
 )
 from scoring.model import LlamaModel, build_model
@@ -182,3 +184,22 @@ def test_scaled_update_gains_nothing_from_its_scale(outcomes: Outcomes) -> None:
     honest = statistics.mean(e.score for e in outcomes.honest)
     big = statistics.mean(e.score for e in outcomes.scaled)
     assert abs(big - honest) < 0.1 * honest
+
+
+def test_the_outer_step_loss_is_the_update_applied_at_outer_lr() -> None:
+    """The fourth pass applies the clipped update at `outer_lr` instead of β: the same held-out loss
+    as evaluating at β = outer_lr, and the model is bit-identical after it."""
+    model = build_model(SMALL, seed=3)
+    digest = checksum(model)
+    update = random_update(model, 5)
+    own, held = token_batches(5), token_batches(6)
+    job = [PeerJob(0, update, lambda: own)]
+    probe = evaluate_peers(model, job, held, reference={}, cfg=LossScoreConfig(0.25, 0.8))[0]
+    at_outer = evaluate_peers(model, job, held, reference={}, cfg=LossScoreConfig(1.0, 0.8))[0]
+    assert checksum(model) == digest
+    assert probe.loss_rand_step == at_outer.loss_rand_after
+    assert probe.loss_rand_step != probe.loss_rand_after
+    ratio = retention(probe)
+    gain = probe.loss_rand_before - probe.loss_rand_after
+    assert ratio == (probe.loss_rand_before - at_outer.loss_rand_after) / gain if gain > 0 else ratio is None
+    assert retention(replace(probe, loss_rand_step=None)) is None

@@ -177,3 +177,32 @@ def sized(hotkey: str, uid: int, scale: float) -> PeerWindow:
     base = peer(hotkey, uid)
     assert base.update is not None
     return replace(base, update=replace(base.update, params={"w": param}))
+
+
+def test_an_update_that_overshoots_at_the_outer_step_is_not_aggregated() -> None:
+    """Retention (gain at the outer step ÷ gain at β) against the window's median: a rescaled short
+    training keeps less of its gain than honest updates (0.77-0.94 of the median measured, honest
+    0.94-1.11). Unmeasured updates are not judged by it, and with fewer than three measured there
+    is no median to judge against."""
+    honest = [cand(f"h{i}", retention=r) for i, r in enumerate((4.4, 4.5, 4.3, 4.6))]
+    steep = cand("steep", gain=0.02, retention=3.8)  # the best gain at β, 0.86 of the median
+    edge = cand("edge", retention=4.2)  # 0.95 of the median
+    sel = select_aggregation([*honest, steep, edge, cand("unmeasured")])
+    assert set(sel.gather) == {"h0", "h1", "h2", "h3", "edge", "unmeasured"}
+    assert "steep" in select_aggregation([*honest, steep], SelectionConfig(min_retention=0.0)).gather
+    assert set(select_aggregation([honest[0], steep]).gather) == {"h0", "steep"}
+    with pytest.raises(ValueError, match="min_retention"):
+        SelectionConfig(min_retention=1.0)
+
+
+def test_select_window_reads_retention_from_the_evaluation() -> None:
+    """The outer-step loss travels with the evaluation: a peer whose gain shrinks there is left out."""
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(("a", "b", "c", "d"))}, 4)
+    peers = [peer(h, u) for u, h in enumerate(("a", "b", "c", "d"))]
+    steps = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0}  # × the gain at β
+    peers = [
+        replace(p, evaluation=replace(e, loss_rand_step=e.loss_rand_before - steps[p.hotkey] * 0.05))
+        for p in peers
+        if (e := p.evaluation) is not None
+    ]
+    assert set(select_window(state, peers, 5, RankingConfig()).gather) == {"a", "b", "c"}

@@ -25,7 +25,7 @@ def test_the_schema_names_the_selection_roles_storage_allows() -> None:
 
 def test_the_evaluation_fields_agree_everywhere() -> None:
     measured = {f.name for f in fields(PeerEval)} - {"uid", "timings"}
-    assert len(measured) == 7
+    assert len(measured) == 8
     assert {f.name for f in fields(EvaluationRecord)} == measured | {"hotkey", "timings"}
     assert set(EvaluationOut.model_fields) == measured | {"hotkey"}
     assert set(m.Evaluation.__table__.columns.keys()) == measured | {"window", "hotkey", "timings"}

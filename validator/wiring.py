@@ -86,7 +86,10 @@ def round_config(s: Settings) -> RoundConfig:
         ranking=RankingConfig(
             rating=RatingConfig(bma_warmup=s.bma_warmup, bma_threshold=s.bma_threshold),
             selection=SelectionConfig(
-                gather_peers=s.gather_peers, reserve_peers=s.reserve_peers, max_inflation=s.max_inflation
+                gather_peers=s.gather_peers,
+                reserve_peers=s.reserve_peers,
+                max_inflation=s.max_inflation,
+                min_retention=s.min_retention,
             ),
         ),
         window=WindowConfig(s.blocks_per_window),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from scoring.clipping import clipped_mass, inflation
 from scoring.links import LinkConfig, linked_pairs, update_links
+from scoring.loss_score import retention
 from scoring.ranking import (
     PeerOutcome,
     RatingConfig,
@@ -125,6 +126,7 @@ def select_window(
                 neg_streak=rating.consecutive_negative,
                 mass=1.0 if norms is None or reference is None else clipped_mass(norms, reference),
                 inflation=0.0 if norms is None or reference is None else inflation(norms, reference),
+                retention=retention(e) if e is not None else None,
             )
         )
     return select_aggregation(candidates, cfg.selection, kin.twins)

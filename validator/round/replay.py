@@ -32,7 +32,7 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation",
+    "inflation", "step_loss",
 )  # fmt: skip
 
 
@@ -95,6 +95,8 @@ def _row(
         "selected": selected,
         "weight": weight,  # the update's coefficient in the outer step (gather peers)
         "links": dict(rating.state.get("links", {})) if rating else None,  # evidence across windows
+        # the held-out loss at the outer step, which the retention rule reads (none stored before it)
+        "step_loss": evaluation.loss_rand_step if evaluation else None,
     }
 
 
@@ -175,5 +177,8 @@ def replay_window(
     if all(s.norm is None for s in record.submissions):  # committed before norms were recorded
         for row in again.values():
             row["inflation"] = None
+    if all(e.loss_rand_step is None for e in record.evaluations):  # before the outer-step loss was
+        for row in again.values():
+            row["step_loss"] = None
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]
