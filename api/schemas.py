@@ -62,7 +62,7 @@ class EvaluationOut(Schema):
     score: float
     own_gain: float
     indicator: int
-    # the held-out loss with the update applied at the outer step, not just at β: its gain there
+    # the held-out loss with the update applied at the probe step (5 β), not just at β: its gain there
     # against β's, scaled, is the update's retention (scoring/loss_score.py); none before 2026-12-01
     loss_rand_step: float | None = None
 

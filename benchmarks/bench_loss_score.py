@@ -1,9 +1,12 @@
-"""LossScore cost per peer against its three bare forward passes (DESIGN.md §11).
+"""LossScore cost per peer against its four bare forward passes (DESIGN.md §11).
 
 Measured in one run on the same batches and the same codec-shaped sparse updates:
-- bare: the three forward passes alone (own before, own after, held-out after) on an unchanged model;
-- sparse: the full evaluation (clip, in-place sparse apply, three passes, exact restore);
-- naive: clone the whole model's parameters, apply the dense update, three passes, load the clone back.
+- bare: the four forward passes alone (own before, own after and held-out after at β, held-out at
+  the probe step) on an unchanged model;
+- sparse: the full evaluation (one pass, clip, in-place sparse apply at β, two passes, exact
+  restore, apply at the probe step, one pass, exact restore);
+- naive: clone the whole model's parameters, one pass, apply the dense update at β, two passes,
+  re-apply it at the probe step, one pass, load the clone back.
 Ratios are medians over repetitions, each ratio against bare passes timed next to it.
 
     .venv/bin/python benchmarks/bench_loss_score.py [--quick] [--threads N]
@@ -60,6 +63,7 @@ def bare(model: LlamaModel, own: list[torch.Tensor], held: list[torch.Tensor]) -
     mean_loss(model, own)
     mean_loss(model, own)
     mean_loss(model, held)
+    mean_loss(model, held)
 
 
 def naive(
@@ -77,6 +81,10 @@ def naive(
         for name, p in model.named_parameters():
             p.sub_(update[name].dense(), alpha=CFG.beta * factors[name])
     mean_loss(model, own)
+    mean_loss(model, held)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(saved[name]).sub_(update[name].dense(), alpha=CFG.beta * CFG.probe_factor * factors[name])
     mean_loss(model, held)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -120,7 +128,7 @@ class Samples:
     sparse: list[float] = field(default_factory=list)
     naive: list[float] = field(default_factory=list)
     apply_restore: list[float] = field(default_factory=list)
-    within: list[float] = field(default_factory=list)  # one evaluation's total / its own three passes
+    within: list[float] = field(default_factory=list)  # one evaluation's total / its own four passes
 
 
 def measure(st: Setup) -> Samples:
@@ -178,7 +186,7 @@ def main() -> None:
     naive_min, naive_med = ratios(sm.naive, sm.bare)
     figures = {
         "params": count_parameters(st.model),
-        "bare_three_passes_s": min(sm.bare),
+        "bare_four_passes_s": min(sm.bare),
         "sparse_eval_s": min(sm.sparse),
         "naive_eval_s": min(sm.naive),
         "sparse_ratio": sparse_min,
@@ -194,10 +202,10 @@ def main() -> None:
         "held_bytes_per_peer_naive": clone_bytes,
         "gpu": False,
     }
-    print(f"bare three passes: {figures['bare_three_passes_s'] * 1e3:.1f} ms per peer (best)")
+    print(f"bare four passes: {figures['bare_four_passes_s'] * 1e3:.1f} ms per peer (best)")
     print(f"sparse evaluation: ratio {sparse_min:.3f} (median of pairs {sparse_med:.3f})")
     print(f"  of which clip + apply + restore: {figures['apply_restore_s'] * 1e3:.1f} ms")
-    print(f"  within one call (total / its three passes): {figures['sparse_ratio_within_call']:.4f}")
+    print(f"  within one call (total / its four passes): {figures['sparse_ratio_within_call']:.4f}")
     print(f"naive clone+dense: ratio {naive_min:.3f} (median of pairs {naive_med:.3f})")
     print(f"peak RSS MiB: {rss_start:.0f} before, {rss_sparse:.0f} after sparse, {rss_naive:.0f} after naive")
     print(f"held per peer: {sparse_bytes / 2**20:.2f} MiB (sparse) vs {clone_bytes / 2**20:.1f} MiB (clone)")

@@ -54,7 +54,7 @@ EVAL = EvalConfig(
     pages_per_peer=8, eval_pages=8, heldout_pages=16, batch_size=8,
     loss=LossScoreConfig(eval_lr_factor=0.08, outer_lr=1.0),
 )  # fmt: skip
-# ≈ 4.9M parameters: a peer's three forward passes take about a second on one core
+# ≈ 4.9M parameters: a peer's four forward passes take about a second on one core
 FULL = ModelConfig(vocab_size=256, dim=256, n_layers=6, n_heads=8, n_kv_heads=4, ffn_dim=688)
 QUICK = ModelConfig(vocab_size=256, dim=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=344)
 

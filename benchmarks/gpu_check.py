@@ -3,9 +3,9 @@ a large submission decoded and put on the device, and the evaluation through the
 
 Run through `benchmarks/gpu_check.sh` (it installs the project when it is not importable), or
 `python -m benchmarks.gpu_check [--smoke]` from the repository's root. Figures:
-- LossScore: one peer's full evaluation (clip, sparse apply, three passes, exact restore) against its
-  three bare forward passes on the same batches, best of several peers; peers per minute from the
-  median evaluation; peak GPU memory.
+- LossScore: one peer's full evaluation (clip, sparse apply at β and at the probe step, four passes,
+  exact restores) against its four bare forward passes on the same batches, best of several peers;
+  peers per minute from the median evaluation; peak GPU memory.
 - Decode: a `gauntlet/2` file of a codec-shaped update of the whole model, checked and decoded by the
   validator's decoder (numpy, on the host's cores), then copied to the GPU and applied once.
 - Workers: one evaluation worker per visible GPU, each with its own replica, scoring the same peers.
@@ -101,14 +101,14 @@ def loss_score(model: LlamaModel, peers: int, batch: int, seq: int) -> dict[str,
     for i, update in enumerate(updates):
         job = PeerJob(i, update, lambda: own)
         evaluate = partial(evaluate_peer, model, job, own, baseline)
-        bare.append(synced(lambda: [mean_loss(model, own), mean_loss(model, own), mean_loss(model, held)]))
+        bare.append(synced(lambda: [mean_loss(model, b) for b in (own, own, held, held)]))
         full.append(synced(evaluate))
     ratios = [f / b for f, b in zip(full, bare, strict=True)]
     return {
         "tokens_per_pass": batch * seq,
-        "bare_three_passes_s": min(bare),
+        "bare_four_passes_s": min(bare),
         "eval_s": min(full),
-        "ratio_to_three_forwards": min(full) / min(bare),
+        "ratio_to_four_forwards": min(full) / min(bare),
         "ratio_median_of_pairs": statistics.median(ratios),
         "peers_per_minute": 60.0 / statistics.median(full),
         "peak_gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if DEVICE.type == "cuda" else None,

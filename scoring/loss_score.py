@@ -4,8 +4,8 @@ Each update is applied to the shared model in place and sparsely (θ[idx] ← θ
 median-norm clip factor), three forward passes are run, and the saved originals are written back, so
 the model is bit-identical after any number of peers. Nothing per peer is dense.
 
-A fourth pass measures the held-out loss with the update applied at the outer step itself
-(`outer_lr` instead of β): `retention` compares the update's gain there with its gain at β. A short
+A fourth pass measures the held-out loss with the update applied at a larger step, `probe_factor` × β
+(the default outer step): `retention` compares the update's gain there with its gain at β. A short
 training scaled up to an honest norm is steep along the first gradient directions and keeps markedly
 less of it than updates made by the recipe (scoring/selection.py).
 """
@@ -32,14 +32,17 @@ Batches = Sequence[torch.Tensor]
 
 @dataclass(frozen=True, slots=True)
 class LossScoreConfig:
-    """β = eval_lr_factor × outer_lr is the step the update is evaluated at."""
+    """β = eval_lr_factor × outer_lr is the step the update is evaluated at; the fourth pass applies
+    it at `probe_factor` × β (5: the default outer step, 0.4, where the retention rule was measured;
+    the demo's outer step is 12.5 β, where a single update's gain is far from linear)."""
 
     eval_lr_factor: float = 0.2
     outer_lr: float = OUTER_LR
+    probe_factor: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.eval_lr_factor <= 0 or self.outer_lr <= 0:
-            raise ValueError("eval_lr_factor and outer_lr must be positive")
+        if self.eval_lr_factor <= 0 or self.outer_lr <= 0 or self.probe_factor <= 1:
+            raise ValueError("eval_lr_factor and outer_lr must be positive, probe_factor above 1")
 
     @property
     def beta(self) -> float:
@@ -68,12 +71,12 @@ class PeerEval:
     own_gain: float
     indicator: int
     timings: Timings
-    loss_rand_step: float | None = None  # held-out loss with the update applied at the outer step
+    loss_rand_step: float | None = None  # held-out loss with the update applied at the probe step
 
 
 def retention(e: PeerEval) -> float | None:
-    """Held-out gain at the outer step ÷ held-out gain at β: outer_lr ÷ β (5 by default) for a loss
-    linear along the update, less the more the update overshoots. None without a positive gain at β.
+    """Held-out gain at the probe step ÷ held-out gain at β: `probe_factor` (5) for a loss linear
+    along the update, less the more the update overshoots. None without a positive gain at β.
     Only its ratio to the window's other updates is used, so the step sizes need not be known."""
     gain = e.loss_rand_before - e.loss_rand_after
     if e.loss_rand_step is None or not math.isfinite(e.loss_rand_step) or not gain > 0.0:
@@ -200,7 +203,7 @@ def evaluate_peer(
     model: LlamaModel, job: PeerJob, own: Batches, base: Baseline, *, wait_s: float = 0.0
 ) -> PeerEval:
     """The four forward passes for one peer around two sparse apply/restores (at β, then at the
-    outer step)."""
+    probe step)."""
     t0 = time.perf_counter()
     own_before = mean_loss(model, own)
     factors = clip_factors(job.update, base.reference)
@@ -214,7 +217,7 @@ def evaluate_peer(
         t3 = time.perf_counter()
         restore(saved)
     t4 = time.perf_counter()
-    saved = apply_sparse(model, job.update, factors, base.cfg.outer_lr)
+    saved = apply_sparse(model, job.update, factors, base.cfg.beta * base.cfg.probe_factor)
     t5 = time.perf_counter()
     try:
         rand_step = mean_loss(model, base.heldout)

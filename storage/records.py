@@ -89,7 +89,7 @@ class EvaluationRecord:
     own_gain: float
     indicator: int
     timings: JsonMap = field(default_factory=dict)
-    loss_rand_step: float | None = None  # held-out loss at the outer step (none before 20261201_0006)
+    loss_rand_step: float | None = None  # held-out loss at the probe step (none before 20261201_0006)
 
     def __post_init__(self) -> None:
         if self.indicator not in (-1, 1):

@@ -59,4 +59,4 @@ def test_gpu_check_runs_on_a_cpu(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["params"] > 0 and figures["decode"]["wire_bytes"] > 0, figures
-    assert figures["loss_score"]["ratio_to_three_forwards"] > 0, figures
+    assert figures["loss_score"]["ratio_to_four_forwards"] > 0, figures

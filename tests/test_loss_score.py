@@ -186,20 +186,20 @@ def test_scaled_update_gains_nothing_from_its_scale(outcomes: Outcomes) -> None:
     assert abs(big - honest) < 0.1 * honest
 
 
-def test_the_outer_step_loss_is_the_update_applied_at_outer_lr() -> None:
-    """The fourth pass applies the clipped update at `outer_lr` instead of β: the same held-out loss
-    as evaluating at β = outer_lr, and the model is bit-identical after it."""
+def test_the_probe_loss_is_the_update_applied_at_probe_factor_times_beta() -> None:
+    """The fourth pass applies the clipped update at `probe_factor` × β: the same held-out loss as
+    evaluating with β that large, and the model is bit-identical after it."""
     model = build_model(SMALL, seed=3)
     digest = checksum(model)
     update = random_update(model, 5)
     own, held = token_batches(5), token_batches(6)
     job = [PeerJob(0, update, lambda: own)]
-    probe = evaluate_peers(model, job, held, reference={}, cfg=LossScoreConfig(0.25, 0.8))[0]
-    at_outer = evaluate_peers(model, job, held, reference={}, cfg=LossScoreConfig(1.0, 0.8))[0]
+    probe = evaluate_peers(model, job, held, reference={}, cfg=LossScoreConfig(0.25, 0.8, 4.0))[0]
+    at_probe = evaluate_peers(model, job, held, reference={}, cfg=LossScoreConfig(1.0, 0.8))[0]
     assert checksum(model) == digest
-    assert probe.loss_rand_step == at_outer.loss_rand_after
+    assert probe.loss_rand_step == at_probe.loss_rand_after
     assert probe.loss_rand_step != probe.loss_rand_after
     ratio = retention(probe)
     gain = probe.loss_rand_before - probe.loss_rand_after
-    assert ratio == (probe.loss_rand_before - at_outer.loss_rand_after) / gain if gain > 0 else ratio is None
+    assert ratio == (probe.loss_rand_before - at_probe.loss_rand_after) / gain if gain > 0 else ratio is None
     assert retention(replace(probe, loss_rand_step=None)) is None

@@ -180,12 +180,12 @@ def sized(hotkey: str, uid: int, scale: float) -> PeerWindow:
 
 
 def test_an_update_that_overshoots_at_the_outer_step_is_not_aggregated() -> None:
-    """Retention (gain at the outer step ÷ gain at β) against the window's median: a rescaled short
+    """Retention (gain at the probe step ÷ gain at β) against the window's median: a rescaled short
     training keeps less of its gain than honest updates (0.77-0.94 of the median measured, honest
     0.94-1.11). Unmeasured updates are not judged by it, and with fewer than three measured there
     is no median to judge against."""
     honest = [cand(f"h{i}", retention=r) for i, r in enumerate((4.4, 4.5, 4.3, 4.6))]
-    steep = cand("steep", gain=0.02, retention=3.8)  # the best gain at β, 0.86 of the median
+    steep = cand("steep", gain=0.02, retention=3.8)  # the best gain at β, 0.87 of the median
     edge = cand("edge", retention=4.2)  # 0.95 of the median
     sel = select_aggregation([*honest, steep, edge, cand("unmeasured")])
     assert set(sel.gather) == {"h0", "h1", "h2", "h3", "edge", "unmeasured"}

@@ -1,4 +1,4 @@
-"""Each evaluation's held-out loss with the update applied at the outer step (`loss_rand_step`):
+"""Each evaluation's held-out loss with the update applied at the probe step, 5 β (`loss_rand_step`):
 the share of the update's gain left there, its retention, decides aggregation beside the gain at β
 (scoring/selection.py), and the API shows it. Rows committed before carry none.
 

@@ -95,7 +95,7 @@ def _row(
         "selected": selected,
         "weight": weight,  # the update's coefficient in the outer step (gather peers)
         "links": dict(rating.state.get("links", {})) if rating else None,  # evidence across windows
-        # the held-out loss at the outer step, which the retention rule reads (none stored before it)
+        # the held-out loss at the probe step, which the retention rule reads (none stored before it)
         "step_loss": evaluation.loss_rand_step if evaluation else None,
     }
 
