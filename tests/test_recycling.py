@@ -7,6 +7,8 @@ last update with noise added and re-sparsified are caught; honest peers never ar
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -108,3 +110,38 @@ def test_nothing_to_compare_finds_nothing(dataset: Dataset) -> None:
     assert find_recycled(current(second), [], seed=0) == {}
     assert find_recycled([], earlier(first), seed=0) == {}
     assert find_recycled(current(second[:1]), earlier(first[:1]), seed=0) == {}  # too few to calibrate
+
+
+class _Archive:
+    def __init__(self, blobs: dict[str, bytes]) -> None:
+        self.blobs = blobs
+
+    def get(self, key: str) -> bytes:
+        return self.blobs[key]  # KeyError when pruned, as the real archive
+
+
+class _Ledger:
+    """What `earlier_loader` reads: the aggregated submissions' keys, and the archive."""
+
+    def __init__(self, rows: list[tuple[int, str, str]], blobs: dict[str, bytes]) -> None:
+        self.rows, self.archive = rows, _Archive(blobs)
+        self.asked: list[tuple[int, int]] = []
+
+    def aggregated_archived(self, window: int, windows: int) -> list[tuple[int, str, str]]:
+        self.asked.append((window, windows))
+        return self.rows
+
+
+def test_the_loader_reads_aggregated_submissions_back_and_skips_pruned_ones(tmp_path: Path) -> None:
+    from tests.codec_fixtures import SPEC, make_file  # a valid signed submission of a small spec
+    from validator.round.checking import CheckConfig
+    from validator.round.recycling import earlier_loader
+
+    ledger = _Ledger([(4, "a", "kept"), (5, "b", "pruned")], {"kept": make_file(0)})
+    load = earlier_loader(ledger, 6, SPEC, CheckConfig())  # type: ignore[arg-type]
+    got = load(tmp_path)
+    assert ledger.asked == [(6, 2)]
+    assert [(e.hotkey, e.window) for e in got] == [("a", 4)]
+    assert set(got[0].update) == set(SPEC)  # decoded from the spooled file, one parameter on access
+    off = earlier_loader(ledger, 6, SPEC, CheckConfig(recycled_windows=0))  # type: ignore[arg-type]
+    assert off(tmp_path) == [] and ledger.asked == [(6, 2)]
