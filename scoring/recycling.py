@@ -23,12 +23,13 @@ due), so every finding names the current peer; its tier is the copy tiers' (halv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from scoring.similarity import estimate_overlaps, exact_overlap, residual_similarity, sample_blocks, sampled
+from scoring.similarity import Block, estimate_overlaps, residual_similarity, sample_blocks, sampled
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyTier, UniquenessConfig
 
@@ -38,11 +39,32 @@ DEFAULT = UniquenessConfig()
 
 @dataclass(frozen=True, slots=True)
 class Earlier:
-    """An update of an earlier window: whose, of which window, and the update itself."""
+    """An update of an earlier window as the check uses it: whose, of which window, and its kept
+    slots in the window's sampled chunks (`similarity.sampled`). Only these rows are kept: at the
+    run's size an update is gigabytes, its rows a few kilobytes."""
 
     hotkey: str
     window: int
-    update: Update
+    idx: npt.NDArray[np.int64]
+    val: npt.NDArray[np.float32]
+
+
+# The earlier updates sampled on the blocks given: the window's secret sample is drawn first, then
+# each earlier update is read once, reduced to its rows and dropped (validator/round/recycling.py).
+EarlierRows = Callable[[Sequence[Block]], Sequence[Earlier]]
+
+
+def sampled_earlier(updates: Sequence[tuple[str, int, Update]]) -> EarlierRows:
+    """`EarlierRows` for (hotkey, window, update) already in memory."""
+
+    def rows(blocks: Sequence[Block]) -> list[Earlier]:
+        out = []
+        for hotkey, window, update in updates:
+            idx, val = sampled([update], blocks)
+            out.append(Earlier(hotkey, window, idx[0], val[0]))
+        return out
+
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +74,7 @@ class Recycled:
     offender: str
     source: str
     window: int
-    overlap: float  # exact, over every kept position
+    overlap: float  # shared kept positions (same sign) over the sampled chunks
     similarity: float  # residual similarity (scoring/similarity.py)
     tier: CopyTier
 
@@ -66,18 +88,21 @@ class Recycled:
 
 def find_recycled(
     current: Sequence[tuple[str, Update]],
-    earlier: Sequence[Earlier],
+    earlier: EarlierRows,
     cfg: UniquenessConfig = DEFAULT,
     seed: int = 0,
 ) -> dict[str, Recycled]:
     """Each current peer whose update repeats an earlier one, with its strongest finding."""
-    if not current or not earlier or len(current) + len(earlier) < 3:  # nothing to calibrate against
+    if not current:
         return {}
     rng = np.random.default_rng(seed)
     blocks = sample_blocks(current[0][1], cfg, rng)
-    if not blocks:
+    rows = earlier(blocks) if blocks else []
+    if not rows or len(current) + len(rows) < 3:  # nothing to calibrate against
         return {}
-    idx, val = sampled([u for _, u in current] + [e.update for e in earlier], blocks)
+    idx, val = sampled([u for _, u in current], blocks)
+    idx = np.vstack([idx, np.stack([e.idx for e in rows])])
+    val = np.vstack([val, np.stack([e.val for e in rows])])
     n = len(current)
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)[:n, n:]
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)[:n, n:]
@@ -87,14 +112,25 @@ def find_recycled(
     pick = similarity >= cfg.similarity_floor
     worst: dict[str, Recycled] = {}
     for i, j in zip(*np.nonzero(pick), strict=True):
-        (hotkey, update), source = current[int(i)], earlier[int(j)]
+        hotkey, source = current[int(i)][0], rows[int(j)]
         sim = float(similarity[i, j])
         tier = cfg.tier(max(float(excess[i, j]), sim))
         if tier is CopyTier.NONE:
             continue
-        overlap = exact_overlap(update, source.update, cfg)
+        overlap = _sampled_overlap(idx[i], val[i], idx[n + j], val[n + j])
         found = Recycled(hotkey, source.hotkey, source.window, overlap, sim, tier)
         best = worst.get(hotkey)
         if best is None or (found.tier, found.similarity) > (best.tier, best.similarity):
             worst[hotkey] = found
     return dict(sorted(worst.items()))
+
+
+def _sampled_overlap(
+    idx_a: npt.NDArray[np.int64],
+    val_a: npt.NDArray[np.float32],
+    idx_b: npt.NDArray[np.int64],
+    val_b: npt.NDArray[np.float32],
+) -> float:
+    """Kept positions (coordinate and sign) two rows share, over the row's length."""
+    keys_a, keys_b = idx_a * 2 + (val_a > 0), idx_b * 2 + (val_b > 0)
+    return float(np.intersect1d(keys_a, keys_b).size) / max(keys_a.size, 1)

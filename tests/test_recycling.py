@@ -7,15 +7,14 @@ last update with noise added and re-sparsified are caught; honest peers never ar
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from scoring.data import Dataset, assigned_pages, batches
+from scoring.decoder import Expected
 from scoring.encoder import compress_to_sparse
 from scoring.model import ModelConfig, build_model
-from scoring.recycling import Earlier, find_recycled
+from scoring.recycling import EarlierRows, find_recycled, sampled_earlier
 from scoring.train import InnerConfig, train_inner
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyTier
@@ -72,8 +71,8 @@ def noisy(update: Update, seed: int) -> Update:
     return compress_to_sparse(dense, None)
 
 
-def earlier(updates: list[Update]) -> list[Earlier]:
-    return [Earlier(f"p{i}", 1, u) for i, u in enumerate(updates)]
+def earlier(updates: list[Update]) -> EarlierRows:
+    return sampled_earlier([(f"p{i}", 1, u) for i, u in enumerate(updates)])
 
 
 def current(updates: list[Update]) -> list[tuple[str, Update]]:
@@ -107,7 +106,7 @@ def test_last_windows_updates_under_a_new_digest_are_caught(dataset: Dataset) ->
 
 def test_nothing_to_compare_finds_nothing(dataset: Dataset) -> None:
     first, second, _ = two_windows(dataset, 2, peers=2)
-    assert find_recycled(current(second), [], seed=0) == {}
+    assert find_recycled(current(second), sampled_earlier([]), seed=0) == {}
     assert find_recycled([], earlier(first), seed=0) == {}
     assert find_recycled(current(second[:1]), earlier(first[:1]), seed=0) == {}  # too few to calibrate
 
@@ -132,16 +131,27 @@ class _Ledger:
         return self.rows
 
 
-def test_the_loader_reads_aggregated_submissions_back_and_skips_pruned_ones(tmp_path: Path) -> None:
+def test_the_loader_reads_aggregated_submissions_back_and_skips_pruned_ones() -> None:
+    """Each archived submission is reduced to its rows in the blocks asked (the same rows as its
+    update sampled in memory); a pruned one is skipped; turned off, nothing is read."""
+    import numpy as np
+
+    from scoring.decoder import decode_submission
+    from scoring.similarity import sample_blocks, sampled
+    from scoring.uniqueness import UniquenessConfig
     from tests.codec_fixtures import SPEC, make_file  # a valid signed submission of a small spec
     from validator.round.checking import CheckConfig
     from validator.round.recycling import earlier_loader
 
-    ledger = _Ledger([(4, "a", "kept"), (5, "b", "pruned")], {"kept": make_file(0)})
-    load = earlier_loader(ledger, 6, SPEC, CheckConfig())  # type: ignore[arg-type]
-    got = load(tmp_path)
+    data = make_file(0)
+    decoded = decode_submission(data, SPEC, Expected(verify_signature=False)).update
+    assert decoded is not None
+    blocks = sample_blocks(decoded.params, UniquenessConfig(sample_blocks=8), np.random.default_rng(0))
+    ledger = _Ledger([(4, "a", "kept"), (5, "b", "pruned")], {"kept": data})
+    rows = earlier_loader(ledger, 6, SPEC, CheckConfig())(blocks)  # type: ignore[arg-type]
     assert ledger.asked == [(6, 2)]
-    assert [(e.hotkey, e.window) for e in got] == [("a", 4)]
-    assert set(got[0].update) == set(SPEC)  # decoded from the spooled file, one parameter on access
+    assert [(e.hotkey, e.window) for e in rows] == [("a", 4)]
+    idx, val = sampled([decoded.params], blocks)
+    assert np.array_equal(rows[0].idx, idx[0]) and np.array_equal(rows[0].val, val[0])
     off = earlier_loader(ledger, 6, SPEC, CheckConfig(recycled_windows=0))  # type: ignore[arg-type]
-    assert off(tmp_path) == [] and ledger.asked == [(6, 2)]
+    assert off(blocks) == [] and ledger.asked == [(6, 2)]

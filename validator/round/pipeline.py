@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from scoring.data import Dataset
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
+from scoring.recycling import EarlierRows
 from scoring.selection import Selection
 from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck
@@ -31,7 +32,7 @@ from validator.round.evaluation import (
 from validator.round.outcomes import PeerWindow, Scored
 from validator.round.rating import rate_window, select_window, twins_of
 from validator.round.recording import recordable
-from validator.round.recycling import EarlierLoader, no_earlier, reject_recycled
+from validator.round.recycling import no_earlier, reject_recycled
 from validator.round.stages import Stages
 from validator.round.window import WindowSeed
 from validator.workers.stats import WorkerStats
@@ -66,7 +67,7 @@ class WindowInputs:
     budget: Callable[[], int]  # how many peers the evaluation may take, asked when it starts
     only: Collection[str] | None = None  # evaluate exactly these (replay: the recorded peers)
     remote: RemoteEvaluation | None = None  # evaluate on workers instead of `evaluator`
-    earlier: EarlierLoader = no_earlier  # earlier windows' valid updates (the recycled-work check)
+    earlier: EarlierRows = no_earlier  # earlier windows' aggregated updates (the recycled-work check)
 
 
 def score_window(
