@@ -100,6 +100,11 @@ class RatingOut(Schema):
         description="per other hotkey, the evidence that their updates keep resembling each other "
         "(a pair at or above the alarm, 0.08 by default, is aggregated at most once)",
     )
+    retention: float | None = Field(
+        None,
+        description="moving average of the update's gain at 5 β ÷ its gain at β, each window relative to "
+        "the window's median (not aggregated under min_retention, 0.9 by default); none: never measured",
+    )
 
 
 class PeerWindow(Schema):

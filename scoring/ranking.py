@@ -17,14 +17,13 @@ Choices where the design leaves room (all configurable):
   ~80 % of windows 3–6 while their mean margin stayed ≥ 0.045; a lazy peer is a coin flip with a
   margin around 0 (MEASURED.md). The margin carries the proof; the rate bars mostly −1 records;
 - a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
-- a peer absent from the outcomes is inactive; after `inactive_reset_windows` it is dropped; a uid
-  that appears under a new hotkey, or a hotkey under a new uid, starts a fresh peer.
+- a peer absent from the outcomes is inactive (dropped after `inactive_reset_windows`); a uid under
+  a new hotkey, or a hotkey under a new uid, starts a fresh peer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -33,6 +32,7 @@ from typing import Any
 from openskill.models import PlackettLuce
 
 from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
+from scoring.proof import relative_margin
 from scoring.uniqueness import CopyTier
 
 
@@ -61,6 +61,7 @@ class RatingConfig:
     proof_z: float = 1.0
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
+    retention_alpha: float = 0.5  # weight of the newest window in the retention average
     penalties: PenaltyConfig = field(default_factory=PenaltyConfig)
 
     def __post_init__(self) -> None:
@@ -68,8 +69,8 @@ class RatingConfig:
             raise ValueError("need sigma > 0, beta > 0, tau >= 0")
         if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
             raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
-        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0:
-            raise ValueError("need 0 <= proof_rate < 1 and proof_z >= 0")
+        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or not 0.0 < self.retention_alpha <= 1.0:
+            raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and 0 < retention_alpha <= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,7 @@ class PeerOutcome:
     sync: float = 1.0
     copy_tier: CopyTier = CopyTier.NONE
     own_gain: float | None = None  # with score: the relative gain on the peer's own pages
+    retention: float | None = None  # with score: its retention ÷ the window's median, when measured
 
     def __post_init__(self) -> None:
         if (self.score is None) != (self.indicator is None):
@@ -112,6 +114,9 @@ class PeerRating:
     last_evaluated: int | None = None
     final: float = 0.0  # links: evidence this peer's updates keep resembling others' (scoring/links.py)
     links: Mapping[str, float] = field(default_factory=dict)
+    # a moving average (`retention_alpha`) of its retention ÷ each window's median (loss_score.py):
+    # what the selection reads, evidence across windows rather than one window's
+    retention: float | None = None
 
     @property
     def ordinal(self) -> float:
@@ -167,24 +172,13 @@ def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
     return max(peer.ordinal, 0.0) * max(bma, 0.0) * sync
 
 
-def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
-    """Has the peer proven that it trains on its own data (module docstring)?"""
-    if (n := peer.evaluations) < max(cfg.proof_min_evaluations, 1) or peer.margin_sum / n < cfg.proof_margin:
-        return False
-    z2, rate = cfg.proof_z**2, peer.positives / n
-    centre = rate + z2 / (2 * n)
-    spread = cfg.proof_z * math.sqrt(rate * (1.0 - rate) / n + z2 / (4 * n * n))
-    return (centre - spread) / (1.0 + z2 / n) >= cfg.proof_rate
-
-
-def relative_margin(score: float, own_gain: float | None) -> float:
-    """The update's extra gain on the peer's own pages over held-out ones, relative, in [−1, 1]
-    (1 without an own gain: callers that only know the indicator)."""
-    return 1.0 if own_gain is None else max(-1.0, min(1.0, (own_gain - score) / max(abs(score), 1e-9)))
-
-
-def update_bma(bma: float, indicator: int, alpha: float) -> float:
+def update_bma(bma: float, indicator: float, alpha: float) -> float:
     return (1.0 - alpha) * bma + alpha * indicator
+
+
+def _moved(average: float | None, value: float | None, alpha: float) -> float | None:
+    """The retention's moving average: the first value starts it, a window without one keeps it."""
+    return average if value is None else value if average is None else update_bma(average, value, alpha)
 
 
 def update_ratings(
@@ -212,10 +206,8 @@ def update_ratings(
 def play_match(
     peers: Mapping[str, PeerRating], outcomes: Sequence[PeerOutcome], cfg: RatingConfig
 ) -> dict[str, PeerRating]:
-    """One Plackett-Luce match over the evaluated peers only.
-
-    Absent and invalid peers are penalised on their own (`_apply_outcome`): entered at
-    `absent_score` they would hand every evaluated peer a free win, junk uploaders lifting cheaters."""
+    """One Plackett-Luce match over the evaluated peers only. Absent and invalid peers are penalised
+    on their own (`_apply_outcome`): as opponents they would hand every evaluated peer a free win."""
     entrants = sorted((o.hotkey, o.score) for o in outcomes if o.score is not None)
     out = dict(peers)
     if len(entrants) < 2:
@@ -259,6 +251,7 @@ def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingCon
             evaluations=peer.evaluations + 1,
             positives=peer.positives + (o.indicator > 0),
             margin_sum=peer.margin_sum + relative_margin(o.score, o.own_gain),
+            retention=_moved(peer.retention, o.retention, cfg.retention_alpha),
             last_evaluated=window,
             consecutive_misses=0,
             consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,

@@ -91,7 +91,13 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
             final_score=(n_peers - i) + window / 100,
             last_evaluated_window=window if i < 3 else None,
             # the decision inputs the API reads from the stored state (scoring/ranking.py PeerRating)
-            state={"evaluations": 4, "positives": 3, "margin_sum": 0.4, "links": {hotkey(1): 0.12}}
+            state={
+                "evaluations": 4,
+                "positives": 3,
+                "margin_sum": 0.4,
+                "links": {hotkey(1): 0.12},
+                "retention": 0.97,
+            }
             if i == 0
             else {},
         )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scoring.ranking import PeerRating, RatingConfig, RatingState, proven
+from scoring.proof import proven
+from scoring.ranking import PeerRating, RatingConfig, RatingState
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
 from validator.round.checking import CheckConfig, clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
+from scoring.proof import proven, relative_margin
 from scoring.ranking import (
     PeerOutcome,
     PeerRating,
@@ -10,8 +11,6 @@ from scoring.ranking import (
     RatingState,
     Status,
     final_score,
-    proven,
-    relative_margin,
     update_bma,
     update_ratings,
 )

@@ -13,9 +13,10 @@ from scoring.loss_score import PeerEval, Timings
 from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
 from scoring.selection import Candidate, SelectionConfig, select_aggregation
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
+from scoring.uniqueness import CopyCheck
 from validator.round.checking import CheckConfig, clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.round.rating import RankingConfig, Resembling, select_window
+from validator.round.rating import RankingConfig, Resembling, rate_window, relative_retentions, select_window
 
 NO_TIME = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
 # three evaluations, all +1, each with a clear own-data margin: proven under the default RatingConfig
@@ -179,30 +180,44 @@ def sized(hotkey: str, uid: int, scale: float) -> PeerWindow:
     return replace(base, update=replace(base.update, params={"w": param}))
 
 
-def test_an_update_that_overshoots_at_the_outer_step_is_not_aggregated() -> None:
-    """Retention (gain at the probe step ÷ gain at β) against the window's median: a rescaled short
-    training keeps less of its gain than honest updates (0.77-0.94 of the median measured, honest
-    0.94-1.11). Unmeasured updates are not judged by it, and with fewer than three measured there
-    is no median to judge against."""
-    honest = [cand(f"h{i}", retention=r) for i, r in enumerate((4.4, 4.5, 4.3, 4.6))]
-    steep = cand("steep", gain=0.02, retention=3.8)  # the best gain at β, 0.87 of the median
-    edge = cand("edge", retention=4.2)  # 0.95 of the median
-    sel = select_aggregation([*honest, steep, edge, cand("unmeasured")])
+def test_a_peer_whose_updates_overshoot_at_the_probe_step_is_not_aggregated() -> None:
+    """Retention is read as the peer's average over windows of (gain at 5 β ÷ gain at β) ÷ the
+    window's median: under `min_retention` the update is left out whatever its gain at β. A peer
+    never measured is not judged by it."""
+    honest = [cand(f"h{i}", retention=r) for i, r in enumerate((1.02, 0.97, 1.0, 0.95))]
+    steep = cand("steep", gain=0.02, retention=0.86)  # the best gain at β
+    sel = select_aggregation([*honest, steep, cand("edge", retention=0.9), cand("unmeasured")])
     assert set(sel.gather) == {"h0", "h1", "h2", "h3", "edge", "unmeasured"}
     assert "steep" in select_aggregation([*honest, steep], SelectionConfig(min_retention=0.0)).gather
-    assert set(select_aggregation([honest[0], steep]).gather) == {"h0", "steep"}
     with pytest.raises(ValueError, match="min_retention"):
         SelectionConfig(min_retention=1.0)
 
 
-def test_select_window_reads_retention_from_the_evaluation() -> None:
-    """The outer-step loss travels with the evaluation: a peer whose gain shrinks there is left out."""
-    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(("a", "b", "c", "d"))}, 4)
-    peers = [peer(h, u) for u, h in enumerate(("a", "b", "c", "d"))]
-    steps = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0}  # × the gain at β
-    peers = [
-        replace(p, evaluation=replace(e, loss_rand_step=e.loss_rand_before - steps[p.hotkey] * 0.05))
-        for p in peers
-        if (e := p.evaluation) is not None
-    ]
-    assert set(select_window(state, peers, 5, RankingConfig()).gather) == {"a", "b", "c"}
+def test_retention_is_relative_to_the_window_and_averaged_across_windows() -> None:
+    """The outer-step loss travels with the evaluation; the rating keeps a moving average of each
+    window's relative retention, so one low window does not leave an honest peer out and a peer
+    that overshoots window after window is."""
+    hotkeys = ("a", "b", "c", "d")
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(hotkeys)}, 4)
+
+    def window(steps: dict[str, float]) -> list[PeerWindow]:
+        out = []
+        for u, h in enumerate(hotkeys):
+            p = peer(h, u)
+            assert p.evaluation is not None  # held-out gain 0.05 at β; steps: × that at 5 β
+            e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
+            out.append(replace(p, evaluation=e))
+        return out
+
+    relative = relative_retentions(window({"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0}))
+    assert relative["b"] == pytest.approx(4.4 / 4.45) and relative["d"] == pytest.approx(3.0 / 4.45)
+    assert relative_retentions(window({"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0})[:2]) == {}
+    cfg = RankingConfig()
+    low = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.7}  # d at 0.83 of the median: averaged 0.92 once
+    usual = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 4.5}
+    once = state
+    for w, steps in enumerate((usual, usual, low), start=5):
+        once = rate_window(once, window(steps), w, cfg, CopyCheck([]))
+    assert set(select_window(once, window(low), 8, cfg).gather) == set(hotkeys)
+    again = rate_window(once, window(low), 8, cfg, CopyCheck([]))  # twice in a row: out
+    assert set(select_window(again, window(low), 9, cfg).gather) == {"a", "b", "c"}

@@ -15,7 +15,8 @@ import structlog
 from scoring.clipping import median_norms, quantile_norms
 from scoring.decoder import Expected
 from scoring.lazy_update import judge_submission
-from scoring.ranking import RatingConfig, RatingState, Status, proven
+from scoring.proof import proven
+from scoring.ranking import RatingConfig, RatingState, Status
 from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
 from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies, offences
 from scoring.wire import CodecConfig

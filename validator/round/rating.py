@@ -6,16 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from statistics import median
 
 from scoring.clipping import clipped_mass, inflation
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
+from scoring.proof import proven
 from scoring.ranking import (
     PeerOutcome,
     RatingConfig,
     RatingState,
     Status,
-    proven,
     ranked_by_uid,
     update_ratings,
 )
@@ -43,6 +44,7 @@ def _status(p: PeerWindow) -> Status:
 def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
     """The rating input of each peer. A valid, evaluated submission is in sync by construction:
     its base matched and it was on time, or the checks would have rejected it."""
+    relative = relative_retentions(peers)
     out = []
     for p in peers:
         e = p.evaluation
@@ -56,9 +58,21 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
                 sync=1.0,
                 copy_tier=p.copy_tier,
                 own_gain=e.own_gain if e is not None and p.valid else None,
+                retention=relative.get(p.hotkey),
             )
         )
     return out
+
+
+def relative_retentions(peers: Sequence[PeerWindow]) -> dict[str, float]:
+    """Each valid evaluated peer's retention ÷ the window's median (scoring/loss_score.py); none
+    with fewer than three measured, as no median of fewer is worth comparing with."""
+    measured = {}
+    for p in peers:
+        if p.valid and p.evaluation is not None and (r := retention(p.evaluation)) is not None:
+            measured[p.hotkey] = r
+    typical = median(measured.values()) if len(measured) >= 3 else 0.0
+    return {h: r / typical for h, r in measured.items()} if typical > 0.0 else {}
 
 
 def rate_window(
@@ -126,7 +140,7 @@ def select_window(
                 neg_streak=rating.consecutive_negative,
                 mass=1.0 if norms is None or reference is None else clipped_mass(norms, reference),
                 inflation=0.0 if norms is None or reference is None else inflation(norms, reference),
-                retention=retention(e) if e is not None else None,
+                retention=rating.retention,
             )
         )
     return select_aggregation(candidates, cfg.selection, kin.twins)
