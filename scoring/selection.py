@@ -1,7 +1,7 @@
 """Which peers are aggregated this window (DESIGN.md §8): gather set and reserve backfill.
 
 `select_aggregation` is the policy the round uses. Inclusion is decided by evidence, order by rating:
-a peer is aggregated when it has *proven* its training (ranking.proven), its held-out gain this
+a peer is aggregated when it has *proven* its training (proof.proven), its held-out gain this
 window reaches `gain_floor` × the median gain of the window's admissible peers (the honest
 consensus), its norm is not inflated far above the window's honest band (`max_inflation`), and it
 has kept its gain at a larger step about as well as the typical update (`min_retention`).
@@ -65,7 +65,7 @@ class SelectionConfig:
         if self.max_inflation < 1.0:
             raise ValueError("max_inflation must be >= 1 (× the clip reference)")
         if not 0.0 <= self.min_retention < 1.0:
-            raise ValueError("min_retention must be in [0, 1) (× the window's median retention)")
+            raise ValueError("min_retention must be in [0, 1) (of the average relative retention)")
 
 
 @dataclass(frozen=True, slots=True)
