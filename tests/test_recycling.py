@@ -7,6 +7,8 @@ last update with noise added and re-sparsified are caught; honest peers never ar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import torch
 
@@ -14,7 +16,8 @@ from scoring.data import Dataset, assigned_pages, batches
 from scoring.decoder import Expected
 from scoring.encoder import compress_to_sparse
 from scoring.model import ModelConfig, build_model
-from scoring.recycling import EarlierRows, find_recycled, sampled_earlier
+from scoring.recycling import Earlier, EarlierRows, find_recycled
+from scoring.similarity import Block, sampled
 from scoring.train import InnerConfig, train_inner
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyTier
@@ -69,6 +72,19 @@ def noisy(update: Update, seed: int) -> Update:
         rms = p.values.norm() / max(p.values.numel(), 1) ** 0.5
         dense[n] = p.dense() + torch.randn(p.shape, generator=gen) * 0.5 * rms
     return compress_to_sparse(dense, None)
+
+
+def sampled_earlier(updates: Sequence[tuple[str, int, Update]]) -> EarlierRows:
+    """`EarlierRows` for updates in memory: the rows production's loader reads from the archive."""
+
+    def rows(blocks: Sequence[Block]) -> list[Earlier]:
+        out = []
+        for hotkey, window, update in updates:
+            idx, val = sampled([update], blocks)
+            out.append(Earlier(hotkey, window, idx[0], val[0]))
+        return out
+
+    return rows
 
 
 def earlier(updates: list[Update]) -> EarlierRows:

@@ -105,6 +105,11 @@ def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> Non
     assert all(r.stored["inflation"] is not None for r in valid)
     lifted = replace(valid[0], stored={**valid[0].stored, "inflation": valid[0].stored["inflation"] * 2})
     assert lifted.differences(0.0) == ["inflation"]
+    # the retention average the selection reads is part of the stored rating and re-derived too
+    measured = [r for r in rows if r.stored["retention"] is not None]
+    assert measured and all(r.stored["step_loss"] is not None for r in rows if r.stored["score"] is not None)
+    moved_r = replace(measured[0], stored={**measured[0].stored, "retention": 0.5})
+    assert moved_r.differences(0.0) == ["retention"]
 
 
 def test_replay_re_derives_recycled_work_from_the_archive(scenario: ScenarioRun) -> None:

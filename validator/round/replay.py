@@ -32,8 +32,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss",
+    "inflation", "step_loss", "retention",
 )  # fmt: skip
+# recorded only since a later migration or state field: a window stored before has none of them, and
+# what replay recomputes for it is left out of the comparison (nothing stored to compare with)
+LATER = ("inflation", "step_loss", "retention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +98,9 @@ def _row(
         "selected": selected,
         "weight": weight,  # the update's coefficient in the outer step (gather peers)
         "links": dict(rating.state.get("links", {})) if rating else None,  # evidence across windows
-        # the held-out loss at the probe step, which the retention rule reads (none stored before it)
+        # the held-out loss at the probe step, and the retention average the selection reads
         "step_loss": evaluation.loss_rand_step if evaluation else None,
+        "retention": rating.state.get("retention") if rating else None,
     }
 
 
@@ -174,11 +178,9 @@ def replay_window(
     scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
     stored = _stored_rows(record)
     again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)
-    if all(s.norm is None for s in record.submissions):  # committed before norms were recorded
-        for row in again.values():
-            row["inflation"] = None
-    if all(e.loss_rand_step is None for e in record.evaluations):  # before the outer-step loss was
-        for row in again.values():
-            row["step_loss"] = None
+    for field in LATER:
+        if all(row[field] is None for row in stored.values()):
+            for row in again.values():
+                row[field] = None
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]
