@@ -95,6 +95,11 @@ class RatingOut(Schema):
     evaluations: int = Field(0, description="windows in which the peer was evaluated")
     positives: int = Field(0, description="evaluations whose own-data indicator was +1")
     mean_margin: float = Field(0.0, description="mean relative own-data margin: the proof of training")
+    mean_margin_excess: float | None = Field(
+        None,
+        description="mean of each window's own-data margin minus the window's median margin: training "
+        "is not proven under -0.035 by default (proof_excess); none: never measured",
+    )
     links: dict[str, float] = Field(
         default_factory=dict,
         description="per other hotkey, the evidence that their updates keep resembling each other "
@@ -102,8 +107,9 @@ class RatingOut(Schema):
     )
     retention: float | None = Field(
         None,
-        description="moving average of the update's gain at 5 β ÷ its gain at β, each window relative to "
-        "the window's median (not aggregated under min_retention, 0.9 by default); none: never measured",
+        description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
+        "window's median (the mean of its first four windows, then a moving average; not aggregated "
+        "under min_retention, 0.95 by default); none: never measured",
     )
 
 

@@ -11,11 +11,7 @@ Choices where the design leaves room (all configurable):
   beaten as opponents (that lifted every evaluated peer, cheaters too);
 - missing, early and late submissions count as misses; invalid ones set the final score to 0;
 - a peer the fetch never got to (`skipped`) is left as it was;
-- training is *proven* after `proof_min_evaluations` evaluations when the mean relative own-data
-  margin `(own_gain − score) / |score|` (clipped to ±1) reaches `proof_margin` and the Wilson lower
-  bound (`proof_z`) of the +1 rate reaches `proof_rate`. On the demo honest peers scored +1 in only
-  ~80 % of windows 3–6 while their mean margin stayed ≥ 0.045; a lazy peer is a coin flip with a
-  margin around 0 (MEASURED.md). The margin carries the proof; the rate bars mostly −1 records;
+- training is *proven* (scoring/proof.py) by evidence accumulated over evaluations;
 - a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
 - a peer absent from the outcomes is inactive (dropped after `inactive_reset_windows`); a uid under
   a new hotkey, or a hotkey under a new uid, starts a fresh peer.
@@ -32,7 +28,7 @@ from typing import Any
 from openskill.models import PlackettLuce
 
 from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
-from scoring.proof import relative_margin
+from scoring.proof import with_evidence
 from scoring.uniqueness import CopyTier
 
 
@@ -61,7 +57,10 @@ class RatingConfig:
     proof_z: float = 1.0
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
-    retention_alpha: float = 0.5  # weight of the newest window in the retention average
+    proof_excess: float = 0.035  # most the mean margin may sit under the windows' medians (proof.py)
+    # the least weight of the newest window in the retention average: the plain mean of a peer's first
+    # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
+    retention_alpha: float = 0.25
     penalties: PenaltyConfig = field(default_factory=PenaltyConfig)
 
     def __post_init__(self) -> None:
@@ -69,8 +68,10 @@ class RatingConfig:
             raise ValueError("need sigma > 0, beta > 0, tau >= 0")
         if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
             raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
-        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or not 0.0 < self.retention_alpha <= 1.0:
-            raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and 0 < retention_alpha <= 1")
+        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or self.proof_excess < 0.0:
+            raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and proof_excess >= 0")
+        if not 0.0 < self.retention_alpha <= 1.0:
+            raise ValueError("need 0 < retention_alpha <= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class PeerOutcome:
     copy_tier: CopyTier = CopyTier.NONE
     own_gain: float | None = None  # with score: the relative gain on the peer's own pages
     retention: float | None = None  # with score: its retention ÷ the window's median, when measured
+    margin_excess: float | None = None  # with score: its margin − the window's median margin (proof.py)
 
     def __post_init__(self) -> None:
         if (self.score is None) != (self.indicator is None):
@@ -106,6 +108,8 @@ class PeerRating:
     evaluations: int = 0
     positives: int = 0  # evaluations whose indicator was +1
     margin_sum: float = 0.0  # Σ clipped relative own-data margins over evaluations
+    excess_sum: float = 0.0  # Σ (margin − the window's median margin), over `excess_windows`
+    excess_windows: int = 0
     windows_seen: int = 0
     consecutive_misses: int = 0
     consecutive_negative: int = 0
@@ -114,9 +118,10 @@ class PeerRating:
     last_evaluated: int | None = None
     final: float = 0.0  # links: evidence this peer's updates keep resembling others' (scoring/links.py)
     links: Mapping[str, float] = field(default_factory=dict)
-    # a moving average (`retention_alpha`) of its retention ÷ each window's median (loss_score.py):
-    # what the selection reads, evidence across windows rather than one window's
+    # the average of its retention ÷ each window's median (loss_score.py) over `retention_windows`
+    # windows (proof.py): what the selection reads, evidence across windows rather than one window's
     retention: float | None = None
+    retention_windows: int = 0
 
     @property
     def ordinal(self) -> float:
@@ -174,11 +179,6 @@ def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
 
 def update_bma(bma: float, indicator: float, alpha: float) -> float:
     return (1.0 - alpha) * bma + alpha * indicator
-
-
-def _moved(average: float | None, value: float | None, alpha: float) -> float | None:
-    """The retention's moving average: the first value starts it, a window without one keeps it."""
-    return average if value is None else value if average is None else update_bma(average, value, alpha)
 
 
 def update_ratings(
@@ -246,12 +246,8 @@ def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingCon
         return peer
     if o.score is not None and o.indicator is not None:
         peer = replace(
-            peer,
+            with_evidence(peer, o, cfg),
             bma=update_bma(peer.bma, o.indicator, cfg.bma_alpha),
-            evaluations=peer.evaluations + 1,
-            positives=peer.positives + (o.indicator > 0),
-            margin_sum=peer.margin_sum + relative_margin(o.score, o.own_gain),
-            retention=_moved(peer.retention, o.retention, cfg.retention_alpha),
             last_evaluated=window,
             consecutive_misses=0,
             consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,

@@ -16,7 +16,14 @@ from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
 from scoring.uniqueness import CopyCheck
 from validator.round.checking import CheckConfig, clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.round.rating import RankingConfig, Resembling, rate_window, relative_retentions, select_window
+from validator.round.rating import (
+    RankingConfig,
+    Resembling,
+    margin_excesses,
+    rate_window,
+    relative_retentions,
+    select_window,
+)
 
 NO_TIME = Timings(0.0, 0.0, 0.0, 0.0, 0.0)
 # three evaluations, all +1, each with a clear own-data margin: proven under the default RatingConfig
@@ -184,9 +191,9 @@ def test_a_peer_whose_updates_overshoot_at_the_probe_step_is_not_aggregated() ->
     """Retention is read as the peer's average over windows of (gain at 5 β ÷ gain at β) ÷ the
     window's median: under `min_retention` the update is left out whatever its gain at β. A peer
     never measured is not judged by it."""
-    honest = [cand(f"h{i}", retention=r) for i, r in enumerate((1.02, 0.97, 1.0, 0.95))]
-    steep = cand("steep", gain=0.02, retention=0.86)  # the best gain at β
-    sel = select_aggregation([*honest, steep, cand("edge", retention=0.9), cand("unmeasured")])
+    honest = [cand(f"h{i}", retention=r) for i, r in enumerate((1.02, 0.97, 1.0, 0.96))]
+    steep = cand("steep", gain=0.02, retention=0.91)  # the best gain at β
+    sel = select_aggregation([*honest, steep, cand("edge", retention=0.95), cand("unmeasured")])
     assert set(sel.gather) == {"h0", "h1", "h2", "h3", "edge", "unmeasured"}
     assert "steep" in select_aggregation([*honest, steep], SelectionConfig(min_retention=0.0)).gather
     with pytest.raises(ValueError, match="min_retention"):
@@ -194,9 +201,9 @@ def test_a_peer_whose_updates_overshoot_at_the_probe_step_is_not_aggregated() ->
 
 
 def test_retention_is_relative_to_the_window_and_averaged_across_windows() -> None:
-    """The outer-step loss travels with the evaluation; the rating keeps a moving average of each
-    window's relative retention, so one low window does not leave an honest peer out and a peer
-    that overshoots window after window is."""
+    """The outer-step loss travels with the evaluation; the rating averages each window's relative
+    retention (the plain mean of the first four windows), so one low window does not leave an honest
+    peer out and a peer that overshoots window after window is."""
     hotkeys = ("a", "b", "c", "d")
     state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(hotkeys)}, 4)
 
@@ -213,11 +220,52 @@ def test_retention_is_relative_to_the_window_and_averaged_across_windows() -> No
     assert relative["b"] == pytest.approx(4.4 / 4.45) and relative["d"] == pytest.approx(3.0 / 4.45)
     assert relative_retentions(window({"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0})[:2]) == {}
     cfg = RankingConfig()
-    low = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.7}  # d at 0.83 of the median: averaged 0.92 once
+    low = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.9}  # d at 0.88 of the median: averaged 0.96 once
     usual = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 4.5}
     once = state
     for w, steps in enumerate((usual, usual, low), start=5):
         once = rate_window(once, window(steps), w, cfg, CopyCheck([]))
     assert set(select_window(once, window(low), 8, cfg).gather) == set(hotkeys)
     again = rate_window(once, window(low), 8, cfg, CopyCheck([]))  # twice in a row: out
-    assert set(select_window(again, window(low), 9, cfg).gather) == {"a", "b", "c"}
+    assert set(select_window(again, window(low), 9, cfg).gather) == {"a", "b", "c"}  # 0.94
+    assert again.peers["d"].retention_windows == 4
+
+
+def test_a_peer_that_starts_overshooting_late_is_caught_by_the_moving_average() -> None:
+    """After the first 1/alpha windows the average moves with weight alpha (0.25): twenty honest
+    windows do not shield a peer that then overshoots (a plain mean would need seven windows)."""
+    hotkeys = ("a", "b", "c", "d")
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(hotkeys)}, 0)
+    cfg = RankingConfig()
+
+    def window(d: float) -> list[PeerWindow]:
+        steps = {"a": 4.5, "b": 4.4, "c": 4.6, "d": d}
+        out = []
+        for u, h in enumerate(hotkeys):
+            p = peer(h, u)
+            assert p.evaluation is not None
+            e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
+            out.append(replace(p, evaluation=e))
+        return out
+
+    for w in range(1, 21):
+        state = rate_window(state, window(4.5), w, cfg, CopyCheck([]))
+    assert state.peers["d"].retention == pytest.approx(1.0, abs=0.02)
+    for w in (21, 22):  # 0.8 of the median: the average 0.95, then 0.91
+        state = rate_window(state, window(3.56), w, cfg, CopyCheck([]))
+    assert "d" not in select_window(state, window(3.56), 23, cfg).gather
+
+
+def test_each_margin_is_read_against_the_windows_median_margin() -> None:
+    """The proof of training's window-relative margin (scoring/proof.py): each valid evaluated peer's
+    own-data margin minus the window's median; none with fewer than three evaluated."""
+    owns = {"a": 0.0115, "b": 0.0110, "c": 0.0112, "lazy": 0.0100}  # held-out gain 0.01 each
+    peers = []
+    for u, (h, own) in enumerate(owns.items()):
+        p = peer(h, u)
+        assert p.evaluation is not None
+        peers.append(replace(p, evaluation=replace(p.evaluation, own_gain=own)))
+    excess = margin_excesses([*peers, peer("x", 9, status="invalid"), peer("y", 8, gain=None)])
+    assert set(excess) == set(owns)
+    assert excess["lazy"] == pytest.approx(-0.11) and excess["a"] == pytest.approx(0.04)
+    assert margin_excesses(peers[:2]) == {}
