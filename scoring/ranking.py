@@ -57,7 +57,8 @@ class RatingConfig:
     proof_z: float = 1.0
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
-    proof_excess: float = 0.035  # most the mean margin may sit under the windows' medians (proof.py)
+    proof_excess: float = 0.035  # most a weak mean margin may sit under the windows' medians (proof.py)
+    proof_strong_margin: float = 0.06  # a mean margin this high is not read against the windows'
     # the least weight of the newest window in the retention average: the plain mean of a peer's first
     # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
     retention_alpha: float = 0.25
@@ -70,6 +71,8 @@ class RatingConfig:
             raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
         if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or self.proof_excess < 0.0:
             raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and proof_excess >= 0")
+        if self.proof_strong_margin < self.proof_margin:
+            raise ValueError("need proof_strong_margin >= proof_margin")
         if not 0.0 < self.retention_alpha <= 1.0:
             raise ValueError("need 0 < retention_alpha <= 1")
 
