@@ -58,7 +58,7 @@ class RatingConfig:
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
     proof_excess: float = 0.035  # most a weak mean margin may sit under the windows' medians (proof.py)
-    proof_strong_margin: float = 0.06  # a mean margin this high is not read against the windows'
+    proof_strong_margin: float = 0.06  # a mean margin this high proves training without them
     # the least weight of the newest window in the retention average: the plain mean of a peer's first
     # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
     retention_alpha: float = 0.25
