@@ -97,9 +97,8 @@ class RatingOut(Schema):
     mean_margin: float = Field(0.0, description="mean relative own-data margin: the proof of training")
     mean_margin_excess: float | None = Field(
         None,
-        description="mean of each window's own-data margin minus the window's median margin: with a "
-        "mean margin under 0.06, training is not proven under -0.035 (the defaults of "
-        "proof_strong_margin and proof_excess); none: never measured",
+        description="mean of each window's own-data margin minus the window's median: under -0.035 "
+        "(proof_excess) with a mean margin under 0.06 (proof_strong_margin), not proven; none: unmeasured",
     )
     links: dict[str, float] = Field(
         default_factory=dict,
