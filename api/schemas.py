@@ -95,11 +95,6 @@ class RatingOut(Schema):
     evaluations: int = Field(0, description="windows in which the peer was evaluated")
     positives: int = Field(0, description="evaluations whose own-data indicator was +1")
     mean_margin: float = Field(0.0, description="mean relative own-data margin: the proof of training")
-    mean_margin_excess: float | None = Field(
-        None,
-        description="mean of each window's own-data margin minus the window's median: under -0.035 "
-        "(proof_excess) with a mean margin under 0.06 (proof_strong_margin), not proven; none: unmeasured",
-    )
     links: dict[str, float] = Field(
         default_factory=dict,
         description="per other hotkey, the evidence that their updates keep resembling each other "

@@ -71,11 +71,10 @@ def public(model: type[M], record: object, **extra: Any) -> M:
 def rating_out(r: RatingRecord) -> RatingOut:
     """The stored rating with the inputs of the aggregation decision its state carries (states
     stored before a field existed show its default)."""
-    n, k = int(r.state.get("evaluations", 0)), int(r.state.get("excess_windows", 0))
+    n = int(r.state.get("evaluations", 0))
     return public(
         RatingOut, r, penalty=dict(r.penalty), evaluations=n, positives=int(r.state.get("positives", 0)),
         mean_margin=float(r.state.get("margin_sum", 0.0)) / n if n else 0.0,
-        mean_margin_excess=float(r.state["excess_sum"]) / k if k else None,
         links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
         retention=None if r.state.get("retention") is None else float(r.state["retention"]),
     )  # fmt: skip

@@ -5,19 +5,13 @@ Proof of training (`proven`): after `proof_min_evaluations` evaluations,
   `proof_margin`: on the demo honest peers scored +1 in only ~80 % of windows 3–6 while their mean
   margin stayed ≥ 0.045; a lazy peer (trained on pages that are not its own) is a coin flip with a
   margin around 0 (MEASURED.md);
-- a mean margin under `proof_strong_margin` must also be near the windows' typical margins: the
-  mean of each window's margin *minus the window's median margin* is at most `proof_excess` below
-  0. Every peer's margin moves with the window: its held-out pages are shared, and late in the
-  demo's training every update gains more on pages like the ones it trained on. One such window
-  (margins +0.46 … +0.66 for honest peers, +0.30 for a lazy one) lifted a lazy peer's mean margin
-  to 0.036 in its eighth window. Measured at the demo's sizing (diagnostic runs: graded peers with
-  a lazy one under three seeds, the mixed run, honest peers alone; a peer's first three or more
-  windows): lazy peers' mean margins ≤ 0.036, with means against the median −0.046 … −0.126
-  (−0.114 where the margin reached 0.036); honest and graded peers' means against the median reach
-  −0.041, but only with a mean margin of 0.117 (≥ 0.037 with it above −0.027). Read alone, the
-  relative mean left an honest peer out of the first aggregated window, which cost the final loss
-  1 %;
 - the Wilson lower bound (`proof_z`) of the +1 rate reaches `proof_rate`: it bars mostly −1 records.
+
+Measured and not adopted: reading each margin against the window's median margin (the held-out pages
+are shared, so one late window where every update gained 30–60 % more on its own pages lifted a lazy
+peer's mean margin to 0.036). Three colluders whose margins sit above the honest ones lift that
+median: two honest peers then lost their proof for two windows (`bench_fidelity`'s `collude`, seed
+1), so the window's median is a lever for a coalition, not a reference.
 
 `with_evidence` folds one evaluated window into a rating; `relative_margin` is one evaluation's margin.
 """
@@ -36,9 +30,6 @@ def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
     """Has the peer proven that it trains on its own data (module docstring)?"""
     if (n := peer.evaluations) < max(cfg.proof_min_evaluations, 1) or peer.margin_sum / n < cfg.proof_margin:
         return False
-    weak = peer.margin_sum / n < cfg.proof_strong_margin and peer.excess_windows > 0
-    if weak and peer.excess_sum / peer.excess_windows < -cfg.proof_excess:
-        return False
     z2, rate = cfg.proof_z**2, peer.positives / n
     centre = rate + z2 / (2 * n)
     spread = cfg.proof_z * math.sqrt(rate * (1.0 - rate) / n + z2 / (4 * n * n))
@@ -52,8 +43,8 @@ def relative_margin(score: float, own_gain: float | None) -> float:
 
 
 def with_evidence(peer: PeerRating, o: PeerOutcome, cfg: RatingConfig) -> PeerRating:
-    """`peer` with one more evaluated window (`o.score` is set): its margin, its margin against the
-    window's median when there was one, and its retention when it was measured."""
+    """`peer` with one more evaluated window (`o.score` is set): its indicator and margin, and its
+    retention when it was measured."""
     if o.score is None or o.indicator is None:
         return peer
     peer = replace(
@@ -62,10 +53,6 @@ def with_evidence(peer: PeerRating, o: PeerOutcome, cfg: RatingConfig) -> PeerRa
         positives=peer.positives + (o.indicator > 0),
         margin_sum=peer.margin_sum + relative_margin(o.score, o.own_gain),
     )
-    if o.margin_excess is not None:
-        peer = replace(
-            peer, excess_sum=peer.excess_sum + o.margin_excess, excess_windows=peer.excess_windows + 1
-        )
     if o.retention is None:
         return peer
     # the plain mean of the first 1/alpha values (a first value alone would weigh as much as every

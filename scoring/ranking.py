@@ -57,8 +57,6 @@ class RatingConfig:
     proof_z: float = 1.0
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
-    proof_excess: float = 0.035  # most a weak mean margin may sit under the windows' medians (proof.py)
-    proof_strong_margin: float = 0.06  # a mean margin this high proves training without them
     # the least weight of the newest window in the retention average: the plain mean of a peer's first
     # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
     retention_alpha: float = 0.25
@@ -69,10 +67,8 @@ class RatingConfig:
             raise ValueError("need sigma > 0, beta > 0, tau >= 0")
         if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
             raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
-        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or self.proof_excess < 0.0:
-            raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and proof_excess >= 0")
-        if self.proof_strong_margin < self.proof_margin:
-            raise ValueError("need proof_strong_margin >= proof_margin")
+        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0:
+            raise ValueError("need 0 <= proof_rate < 1 and proof_z >= 0")
         if not 0.0 < self.retention_alpha <= 1.0:
             raise ValueError("need 0 < retention_alpha <= 1")
 
@@ -90,7 +86,6 @@ class PeerOutcome:
     copy_tier: CopyTier = CopyTier.NONE
     own_gain: float | None = None  # with score: the relative gain on the peer's own pages
     retention: float | None = None  # with score: its retention ÷ the window's median, when measured
-    margin_excess: float | None = None  # with score: its margin − the window's median margin (proof.py)
 
     def __post_init__(self) -> None:
         if (self.score is None) != (self.indicator is None):
@@ -111,8 +106,6 @@ class PeerRating:
     evaluations: int = 0
     positives: int = 0  # evaluations whose indicator was +1
     margin_sum: float = 0.0  # Σ clipped relative own-data margins over evaluations
-    excess_sum: float = 0.0  # Σ (margin − the window's median margin), over `excess_windows`
-    excess_windows: int = 0
     windows_seen: int = 0
     consecutive_misses: int = 0
     consecutive_negative: int = 0

@@ -95,8 +95,6 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "evaluations": 4,
                 "positives": 3,
                 "margin_sum": 0.4,
-                "excess_sum": -0.09,
-                "excess_windows": 3,
                 "links": {hotkey(1): 0.12},
                 "retention": 0.97,
             }

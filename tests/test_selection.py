@@ -19,7 +19,6 @@ from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.rating import (
     RankingConfig,
     Resembling,
-    margin_excesses,
     rate_window,
     relative_retentions,
     select_window,
@@ -254,18 +253,3 @@ def test_a_peer_that_starts_overshooting_late_is_caught_by_the_moving_average() 
     for w in (21, 22):  # 0.8 of the median: the average 0.95, then 0.91
         state = rate_window(state, window(3.56), w, cfg, CopyCheck([]))
     assert "d" not in select_window(state, window(3.56), 23, cfg).gather
-
-
-def test_each_margin_is_read_against_the_windows_median_margin() -> None:
-    """The proof of training's window-relative margin (scoring/proof.py): each valid evaluated peer's
-    own-data margin minus the window's median; none with fewer than three evaluated."""
-    owns = {"a": 0.0115, "b": 0.0110, "c": 0.0112, "lazy": 0.0100}  # held-out gain 0.01 each
-    peers = []
-    for u, (h, own) in enumerate(owns.items()):
-        p = peer(h, u)
-        assert p.evaluation is not None
-        peers.append(replace(p, evaluation=replace(p.evaluation, own_gain=own)))
-    excess = margin_excesses([*peers, peer("x", 9, status="invalid"), peer("y", 8, gain=None)])
-    assert set(excess) == set(owns)
-    assert excess["lazy"] == pytest.approx(-0.11) and excess["a"] == pytest.approx(0.04)
-    assert margin_excesses(peers[:2]) == {}

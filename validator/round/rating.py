@@ -11,7 +11,7 @@ from statistics import median
 from scoring.clipping import clipped_mass, inflation
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
-from scoring.proof import proven, relative_margin
+from scoring.proof import proven
 from scoring.ranking import (
     PeerOutcome,
     RatingConfig,
@@ -44,7 +44,7 @@ def _status(p: PeerWindow) -> Status:
 def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
     """The rating input of each peer. A valid, evaluated submission is in sync by construction:
     its base matched and it was on time, or the checks would have rejected it."""
-    relative, excess = relative_retentions(peers), margin_excesses(peers)
+    relative = relative_retentions(peers)
     out = []
     for p in peers:
         e = p.evaluation
@@ -59,7 +59,6 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
                 copy_tier=p.copy_tier,
                 own_gain=e.own_gain if e is not None and p.valid else None,
                 retention=relative.get(p.hotkey),
-                margin_excess=excess.get(p.hotkey),
             )
         )
     return out
@@ -74,18 +73,6 @@ def relative_retentions(peers: Sequence[PeerWindow]) -> dict[str, float]:
             measured[p.hotkey] = r
     typical = median(measured.values()) if len(measured) >= 3 else 0.0
     return {h: r / typical for h, r in measured.items()} if typical > 0.0 else {}
-
-
-def margin_excesses(peers: Sequence[PeerWindow]) -> dict[str, float]:
-    """Each valid evaluated peer's own-data margin minus the window's median margin (scoring/proof.py);
-    none with fewer than three evaluated."""
-    margins = {
-        p.hotkey: relative_margin(p.evaluation.score, p.evaluation.own_gain)
-        for p in peers
-        if p.valid and p.evaluation is not None
-    }
-    typical = median(margins.values()) if len(margins) >= 3 else None
-    return {} if typical is None else {h: m - typical for h, m in margins.items()}
 
 
 def rate_window(

@@ -32,11 +32,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss", "retention", "excess",
+    "inflation", "step_loss", "retention",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention", "excess")
+LATER = ("inflation", "step_loss", "retention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +101,6 @@ def _row(
         # the held-out loss at the probe step, and the retention average the selection reads
         "step_loss": evaluation.loss_rand_step if evaluation else None,
         "retention": rating.state.get("retention") if rating else None,
-        # Σ of the window-relative own-data margins the proof of training reads (scoring/proof.py)
-        "excess": rating.state.get("excess_sum") if rating else None,
     }
 
 
