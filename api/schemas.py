@@ -104,7 +104,7 @@ class RatingOut(Schema):
         None,
         description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
         "window's median (the mean of its first four windows, then a moving average; not aggregated "
-        "under min_retention, 0.95 by default); none: never measured",
+        "under min_retention, 0.93 by default); none: never measured",
     )
 
 

@@ -49,15 +49,17 @@ class SelectionConfig:
     # its quarter of the training scaled ×4). Clipping bounds its effect; this keeps it out.
     max_inflation: float = 1.25
     # a peer whose retention (its update's gain at 5 β ÷ its gain at β, scoring/loss_score.py) ÷
-    # the window's median, averaged over its evaluations (scoring/ranking.py), is under this is not
-    # aggregated: a quarter of the training rescaled to an honest norm (`sandbag_matched`) scores
-    # well at the small evaluation step and overshoots at the larger one. Measured at the demo's
-    # sizing: one window's value spreads (honest and graded 0.93-1.17, once 0.89; the rescaled
-    # quarter 0.75-0.97), the average from a peer's third window on does not (diagnostic runs of
-    # `sandbag_matched` alone under two seeds, `graded` and the mixed run: honest and graded
-    # 0.985-1.09, the rescaled quarter 0.83-0.91). 0.9 of a moving average of weight 0.5 sat on the
-    # rescaled quarter's mean and let it in 2-3 of 5 windows. 0 turns the rule off.
-    min_retention: float = 0.95
+    # the median of the window's full-size updates (validator/round/rating.py), averaged over its
+    # evaluations (scoring/proof.py), is under this is not aggregated: a quarter of the training
+    # rescaled to an honest norm (`sandbag_matched`) scores well at the small evaluation step and
+    # overshoots at the larger one. Measured at the demo's sizing: one window's value spreads
+    # (honest and graded 0.93-1.17, once 0.89; the rescaled quarter 0.75-0.97), the average from a
+    # peer's third window on much less (diagnostic runs of `sandbag_matched` alone under two seeds,
+    # `graded` and the mixed run: honest and graded 0.944-1.09, the rescaled quarter 0.83-0.91).
+    # 0.9 of a moving average of weight 0.5 sat on the rescaled quarter's mean and let it in 2-3 of
+    # 5 windows; 0.95 left no margin for identities that lift the median with smaller, more linear
+    # updates. 0 turns the rule off.
+    min_retention: float = 0.93
 
     def __post_init__(self) -> None:
         if self.gather_peers < 1 or self.reserve_peers < 0 or self.max_negative_streak < 1:

@@ -219,14 +219,14 @@ def test_retention_is_relative_to_the_window_and_averaged_across_windows() -> No
     assert relative["b"] == pytest.approx(4.4 / 4.45) and relative["d"] == pytest.approx(3.0 / 4.45)
     assert relative_retentions(window({"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0})[:2]) == {}
     cfg = RankingConfig()
-    low = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.9}  # d at 0.88 of the median: averaged 0.96 once
+    low = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.7}  # d at 0.83 of the median: averaged 0.94 once
     usual = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 4.5}
     once = state
     for w, steps in enumerate((usual, usual, low), start=5):
         once = rate_window(once, window(steps), w, cfg, CopyCheck([]))
     assert set(select_window(once, window(low), 8, cfg).gather) == set(hotkeys)
     again = rate_window(once, window(low), 8, cfg, CopyCheck([]))  # twice in a row: out
-    assert set(select_window(again, window(low), 9, cfg).gather) == {"a", "b", "c"}  # 0.94
+    assert set(select_window(again, window(low), 9, cfg).gather) == {"a", "b", "c"}  # 0.92
     assert again.peers["d"].retention_windows == 4
 
 
@@ -253,3 +253,23 @@ def test_a_peer_that_starts_overshooting_late_is_caught_by_the_moving_average() 
     for w in (21, 22):  # 0.8 of the median: the average 0.95, then 0.91
         state = rate_window(state, window(3.56), w, cfg, CopyCheck([]))
     assert "d" not in select_window(state, window(3.56), 23, cfg).gather
+
+
+def test_smaller_updates_do_not_set_the_retention_reference() -> None:
+    """A smaller step along an update is more linear: identities sending honest updates halved would
+    lift the median retention and push honest peers under the floor. The median is taken over the
+    full-size updates only (at least `FULL_SIZE` × the clip reference)."""
+
+    def with_retention(p: PeerWindow, ratio: float) -> PeerWindow:
+        assert p.evaluation is not None  # held-out gain 0.05 at β; ratio × that at 5 β
+        return replace(
+            p, evaluation=replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - ratio * 0.05)
+        )
+
+    honest = [with_retention(sized(f"h{i}", i, 1.0), r) for i, r in enumerate((4.3, 4.4, 4.5, 4.2))]
+    halved = [with_retention(sized(f"s{i}", 10 + i, 0.5), 4.8) for i in range(5)]
+    reference = {"w": 8.0}  # the norm of 64 values of 1.0
+    relative = relative_retentions([*honest, *halved], reference)
+    assert relative["h3"] == pytest.approx(4.2 / 4.35) and relative["s0"] == pytest.approx(4.8 / 4.35)
+    assert relative_retentions([*honest, *halved])["h3"] == pytest.approx(4.2 / 4.8)  # would be out
+    assert relative_retentions([*honest[:2], *halved], reference) == {}  # fewer than three full-size

@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     gather_peers: int = Field(default=20, ge=1)
     reserve_peers: int = Field(default=10, ge=0)
     max_inflation: float = Field(default=1.25, ge=1)  # not aggregated above this × the clip reference
-    min_retention: float = Field(default=0.95, ge=0, lt=1)  # nor under this × the median retention
+    min_retention: float = Field(default=0.93, ge=0, lt=1)  # nor under this × the median retention
     bma_warmup: int = Field(default=10, ge=0)
     bma_threshold: float = Field(default=0.10, ge=0)
     weight_policy: Literal["rank", "power"] = "rank"

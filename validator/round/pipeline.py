@@ -138,7 +138,7 @@ def _rate(
     before: RatingState,
 ) -> tuple[RatingState, Selection[str]]:
     ranking = ctx.cfg.ranking
-    ratings = rate_window(before, peers, ctx.window, ranking, copies)
+    ratings = rate_window(before, peers, ctx.window, ranking, copies, reference)
     selection = select_window(
         ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking), reference
     )

@@ -41,10 +41,12 @@ def _status(p: PeerWindow) -> Status:
     return Status.SKIPPED if p.reason == Reason.NOT_ATTEMPTED else Status(p.status)
 
 
-def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
+def outcomes_of(
+    peers: Sequence[PeerWindow], reference: Mapping[str, float] | None = None
+) -> list[PeerOutcome]:
     """The rating input of each peer. A valid, evaluated submission is in sync by construction:
     its base matched and it was on time, or the checks would have rejected it."""
-    relative = relative_retentions(peers)
+    relative = relative_retentions(peers, reference)
     out = []
     for p in peers:
         e = p.evaluation
@@ -64,22 +66,44 @@ def outcomes_of(peers: Sequence[PeerWindow]) -> list[PeerOutcome]:
     return out
 
 
-def relative_retentions(peers: Sequence[PeerWindow]) -> dict[str, float]:
-    """Each valid evaluated peer's retention ÷ the window's median (scoring/loss_score.py); none
-    with fewer than three measured, as no median of fewer is worth comparing with."""
-    measured = {}
+# A full-size update sits at least this × the clip reference (clipping.inflation): honest ones at
+# 0.94-1.01 in the demo's runs, graded ones at 0.17-0.49, an honest update halved at 0.5
+FULL_SIZE = 0.75
+
+
+def relative_retentions(
+    peers: Sequence[PeerWindow], reference: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """Each valid evaluated peer's retention ÷ the median of the window's full-size updates
+    (scoring/loss_score.py); none with fewer than three of them measured, as no median of fewer is
+    worth comparing with. A smaller step along the same update is more linear: four identities
+    sending honest updates halved (retention 1.03-1.06 of the median) lifted the median of every
+    update and left honest peers out in three of five windows; their size keeps them out of the
+    reference now. Without a `reference` every update counts as full-size."""
+    measured, full = {}, []
     for p in peers:
         if p.valid and p.evaluation is not None and (r := retention(p.evaluation)) is not None:
             measured[p.hotkey] = r
-    typical = median(measured.values()) if len(measured) >= 3 else 0.0
+            size = (
+                FULL_SIZE if reference is None or p.update is None else inflation(p.update.norms(), reference)
+            )
+            if size >= FULL_SIZE:
+                full.append(r)
+    typical = median(full) if len(full) >= 3 else 0.0
     return {h: r / typical for h, r in measured.items()} if typical > 0.0 else {}
 
 
 def rate_window(
-    state: RatingState, peers: Sequence[PeerWindow], window: int, cfg: RankingConfig, copies: CopyCheck
+    state: RatingState,
+    peers: Sequence[PeerWindow],
+    window: int,
+    cfg: RankingConfig,
+    copies: CopyCheck,
+    reference: Mapping[str, float] | None = None,
 ) -> RatingState:
-    """The ratings after `window`, each peer's links across windows (scoring/links.py) included."""
-    rated = update_ratings(state, window, outcomes_of(peers), cfg.rating)
+    """The ratings after `window`, each peer's links across windows (scoring/links.py) included;
+    `reference`: the window's clip reference (`relative_retentions`)."""
+    rated = update_ratings(state, window, outcomes_of(peers, reference), cfg.rating)
     before = {h: p.links for h, p in rated.peers.items() if p.links}
     links = update_links(before, copies.compared, copies.resemblances, cfg.links)
     linked = {
