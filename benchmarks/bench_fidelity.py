@@ -4,8 +4,9 @@
 
 Runs the demo's sizing (tiny model, H = 20, 8 windows) once per scenario, each in its own workdir:
 honest peers alone, each built-in adversary with the honest peers, graded honest peers (and two
-full peers with two weak ones, beside the two full peers alone), and a mixed scenario with every
-adversary plus malformed junk. Per scenario it reports:
+full peers with two weak ones, beside the two full peers alone), a mixed scenario with every
+adversary plus malformed junk, and attempts to frame honest peers (`FRAMING`, read by their
+coverage). Per scenario it reports:
 - `loss_ratio`: the final held-out loss ÷ its reference run's (same pages, same seed): the
   honest-only run's, except for the scenarios made of honest peers of unequal work (`graded`,
   `weak_half`), whose reference is their full peers alone (`full_half`; see `REFERENCE`);
@@ -57,6 +58,9 @@ MIXED = ",".join([HONEST, *(a if ":" in a else f"{a}:1" for a in ADVERSARIES), "
 # full peers reach alone. Against `honest:4` the ratio would count the two full peers' missing work
 # (`full_half` alone ends 2.1 % above it on this machine at c935ef0), which no validator can make up.
 REFERENCE = {"graded": "full_half", "weak_half": "full_half"}
+# Attempts to frame honest peers rather than to be aggregated: they are scored by honest coverage.
+# `shrunk`: four identities whose honest updates are halved (more linear, a higher retention).
+FRAMING = {"shrunk": f"{HONEST},shrunk:4"}
 TARGETS = {
     "coverage": 1.0,
     "adversary_selections": 0,
@@ -79,7 +83,7 @@ def scenarios(quick: bool) -> dict[str, str]:
     for a in ADVERSARIES:
         name, _, count = a.partition(":")
         out[name] = f"{HONEST},{name}:{count or 1}"
-    return out
+    return out | FRAMING
 
 
 def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_steps: int) -> dict[str, Any]:

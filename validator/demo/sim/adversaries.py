@@ -173,6 +173,19 @@ class SandbagMatched:
         return total_norm(decoded(ctx, ctx.encode(trial, feedback=False)))
 
 
+@dataclass(frozen=True)
+class Shrunk:
+    """Honest training, sent at half its size. Harmless alone (real work, weighted by its gain), but a
+    smaller step is more linear: several such identities lifted a median retention taken over every
+    update and framed honest peers as overshooting (bench_fidelity's `shrunk` scenario)."""
+
+    name: str = "shrunk"
+    order: int = 0
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        return Submission(ctx.encode({n: t * 0.5 for n, t in ctx.train().items()}), HONEST_DELAY_S)
+
+
 ADVERSARIES = (
-    NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(),
+    NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
 )  # fmt: skip
