@@ -120,8 +120,15 @@ def estimate_overlaps(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np
     return np.asarray(shared / max(idx.shape[1], 1), dtype=np.float64)
 
 
-def residual_similarity(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np.random.Generator) -> F64:
-    """(P, P) cosine of the peers' residuals beyond the leave-one-out consensus (module docstring)."""
+def residual_similarity(
+    idx: I64,
+    val: npt.NDArray[np.float32],
+    bits: int,
+    rng: np.random.Generator,
+    outside: npt.NDArray[np.bool_] | None = None,
+) -> F64:
+    """(P, P) cosine of the peers' residuals beyond the leave-one-out consensus (module docstring);
+    rows marked `outside` are compared but left out of every consensus."""
     unit = _sketch(idx, val, bits, rng)
     unit /= torch.linalg.vector_norm(unit, dim=1, keepdim=True).clamp_min(1e-30)
     # Each peer counts in the consensus by how much it agrees with the plain mean: unrelated updates
@@ -129,6 +136,8 @@ def residual_similarity(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: 
     # honest residuals (with 12 of 25 junk peers honest pairs kept +0.04…+0.08 without this)
     mean = unit.sum(0)
     weight = (unit @ (mean / torch.linalg.vector_norm(mean).clamp_min(1e-30))).clamp_min(0.0)
+    if outside is not None:
+        weight[torch.from_numpy(outside)] = 0.0
     # (P, D) matrices are the window's one per-peer cost here: each step works in place (the same
     # arithmetic: total − w is total + (−w) exactly), so at most three are alive at once
     others = weight[:, None] * unit

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import random
+from dataclasses import replace
+
+import numpy as np
+import torch
 
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.ranking import PeerRating, RatingState
 from scoring.selection import Candidate, SelectionConfig, contribution_weights, select_aggregation
-from scoring.uniqueness import CopyCheck
+from scoring.types import SparseParam
+from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies
+from tests.uniqueness_fixtures import random_update
 from validator.round.rating import RankingConfig, twins_of
 
 CFG = LinkConfig()
@@ -110,3 +117,35 @@ def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer(
         [("c", "d")],
         {"x"},
     )  # c and d uploaded together: one of them counts
+
+
+def _colluding_window(rng: np.random.Generator) -> list[PeerPayload]:
+    """Six honest updates sharing one consensus, and three colluders adding one hidden direction."""
+    layout = random_update(rng)
+    consensus = {n: rng.standard_normal(p.values.numel()) for n, p in layout.items()}
+    hidden = {n: rng.standard_normal(p.values.numel()) for n, p in layout.items()}
+    peers = []
+    for i, name in enumerate([f"h{i}" for i in range(6)] + ["c0", "c1", "c2"]):
+        update = {}
+        for n, p in layout.items():
+            values = consensus[n] + 1.2 * rng.standard_normal(p.values.numel())
+            values += 0.6 * hidden[n] if name.startswith("c") else 0.0
+            update[n] = SparseParam(p.shape, p.indices, torch.from_numpy(values.astype(np.float32)))
+        peers.append(PeerPayload(name, f"d{i}", 0.0, update, math.inf))
+    return peers
+
+
+def test_linked_peers_are_compared_but_leave_the_consensus() -> None:
+    """Colluders' shared direction in the consensus tilts every honest residual alike: honest pairs
+    then resemble each other. Once the colluders are linked they leave the consensus (they are still
+    compared, so their own evidence keeps moving) and honest pairs stop resembling each other."""
+    peers = _colluding_window(np.random.default_rng(7))
+    cfg = UniquenessConfig(resemblance_floor=-1.0)  # every pair reported, to read the similarities
+    before = examine_copies(peers, cfg, seed=3)
+    after = examine_copies([replace(p, linked=p.hotkey.startswith("c")) for p in peers], cfg, seed=3)
+    honest = [(f"h{a}", f"h{b}") for a in range(6) for b in range(a + 1, 6)]
+    colluders = [("c0", "c1"), ("c0", "c2"), ("c1", "c2")]
+    assert not before.findings and before.compared == after.compared and "c0" in after.compared
+    mean = lambda check, pairs: sum(check.resemblances[p] for p in pairs) / len(pairs)  # noqa: E731
+    assert mean(before, honest) - mean(after, honest) > 0.02  # here -0.08, then -0.16
+    assert mean(after, colluders) - mean(before, colluders) > 0.1  # here 0.00, then +0.24

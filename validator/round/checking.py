@@ -213,7 +213,7 @@ def reject_norm_outliers(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[
 
 
 def reject_copies(
-    peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int
+    peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int, linked: Collection[str] = ()
 ) -> tuple[list[PeerWindow], CopyCheck]:
     """Duplicates and near-copies across all valid submissions. The offender of a pair whose upload
     order is clear from the validator's own first sight becomes invalid; an unclear pair penalises
@@ -222,7 +222,8 @@ def reject_copies(
     for p in peers:
         if p.update is not None and p.fetch is not None:
             seen, resolution = _sighting(p.fetch)
-            payloads.append(PeerPayload(p.hotkey, p.update.digest, seen, p.update.params, resolution))
+            update, ours = p.update, p.hotkey in linked
+            payloads.append(PeerPayload(p.hotkey, update.digest, seen, update.params, resolution, ours))
     copies = examine_copies(payloads, cfg.uniqueness, seed=seed)
     worst = offences(copies.findings)
     out = []
@@ -264,6 +265,7 @@ def check_window(
     cfg: CheckConfig,
     seen_before: Callable[[list[str]], set[str]],
     seed: WindowSeed,
+    linked: Collection[str] = (),
 ) -> tuple[list[PeerWindow], CopyCheck]:
     """All checks of §5 in order: decode (1–5) what was not judged yet, replays, empty updates and
     norm outliers (6), uniqueness (7).
@@ -273,4 +275,4 @@ def check_window(
     checked = reject_replays(checked, seen_before)
     checked = reject_zero_updates(checked, cfg)
     checked = reject_norm_outliers(checked, cfg)
-    return reject_copies(checked, cfg, seed=seed.number)
+    return reject_copies(checked, cfg, seed=seed.number, linked=linked)

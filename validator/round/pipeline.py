@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
+from scoring.links import linked_pairs
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.recycling import EarlierRows
@@ -100,7 +101,10 @@ def _check(
     ctx: WindowContext, peers: Sequence[PeerWindow], inputs: WindowInputs
 ) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
-    checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed)
+    # peers linked before this window leave the links' consensus (scoring/uniqueness.py)
+    links = {h: p.links for h, p in inputs.ratings.peers.items()}
+    linked = {h for pair in linked_pairs(links, cfg.ranking.links) for h in pair}
+    checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, linked)
     # another sample of chunks than the copy check's: seed + 1
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
     trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
