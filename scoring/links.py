@@ -19,6 +19,10 @@ windows). A linked pair's upload order is no evidence of who copied whom, so nob
 the selection treats it like an unclear copy pair (one of two is aggregated, a group of three or
 more none).
 
+Peers already linked are still compared, but they leave the consensus the window's residuals are
+taken against (scoring/uniqueness.py): colluders' shared direction in it tilted every honest
+residual alike, and an honest pair reached the alarm in the mixed run's eighth window.
+
 Evidence is stored on both peers' ratings (`PeerRating.links`), so it is recorded with every window
 and replay re-derives it from the ratings before the window. Pairs below `reference` are not
 reported by the copy check: such a pair counts as similarity 0 (it decays a little faster than a
