@@ -103,8 +103,8 @@ class RatingOut(Schema):
     retention: float | None = Field(
         None,
         description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
-        "window's median (the mean of its first four windows, then a moving average; not aggregated "
-        "under min_retention, 0.93 by default); none: never measured",
+        "median of the window's full-size updates (the mean of its first four windows, then a moving "
+        "average; not aggregated under min_retention, 0.93 by default); none: never measured",
     )
 
 

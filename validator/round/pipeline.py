@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
-from scoring.links import linked_pairs
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.recycling import EarlierRows
@@ -31,7 +30,7 @@ from validator.round.evaluation import (
     heldout,
 )
 from validator.round.outcomes import PeerWindow, Scored
-from validator.round.rating import rate_window, select_window, twins_of
+from validator.round.rating import linked_peers, rate_window, select_window, twins_of
 from validator.round.recording import recordable
 from validator.round.recycling import no_earlier, reject_recycled
 from validator.round.stages import Stages
@@ -102,8 +101,7 @@ def _check(
 ) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
     # peers linked before this window leave the links' consensus (scoring/uniqueness.py)
-    links = {h: p.links for h, p in inputs.ratings.peers.items()}
-    linked = {h for pair in linked_pairs(links, cfg.ranking.links) for h in pair}
+    linked = linked_peers(inputs.ratings, cfg.ranking)
     checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, linked)
     # another sample of chunks than the copy check's: seed + 1
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)

@@ -121,14 +121,22 @@ class Resembling:
     later: Collection[str] = frozenset()  # left out: the later side of a linked pair
 
 
+def _linked(state: RatingState, cfg: RankingConfig) -> list[tuple[str, str]]:
+    return linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links)
+
+
+def linked_peers(state: RatingState, cfg: RankingConfig) -> set[str]:
+    """Every peer in a pair whose link evidence reached the alarm (scoring/links.py)."""
+    return {h for pair in _linked(state, cfg) for h in pair}
+
+
 def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resembling:
     """(twins, later): pairs of which at most one is aggregated, copies whose upload order was unclear
     and linked pairs whose order this window is unclear (colluders upload together); and the later
     uploader of each linked pair whose order is clear, left out alone (a persistent copier must not
     drag the peer it copies out of the aggregate with it)."""
-    links = {h: p.links for h, p in state.peers.items()}
     twins, later = set(unclear_pairs(copies.findings)), set()
-    for a, b in linked_pairs(links, cfg.links):
+    for a, b in _linked(state, cfg):
         first = copies.first.get((a, b))
         if first is None:
             twins.add((a, b))
