@@ -24,6 +24,7 @@ pytest_plugins = (
     "tests.cli_fixtures",
     "tests.api_fixtures",
     "tests.worker_fixtures",
+    "tests.parallel",
 )
 
 
