@@ -1,0 +1,175 @@
+"""Do a peer's residuals persist across windows? The diagnostic behind the README's "measured and
+not adopted" persistence figures (issue 12: a peer adding one fixed direction to honest work).
+
+    .venv/bin/python -m benchmarks.bench_residuals [--quick] [--peers SPEC] [--seeds N] [--windows N]
+
+Runs the demo's sizing (as bench_fidelity) and decodes every peer's published update each window
+with the validator's own decoder. Per peer and window, its residual is `r = u − βc`: `c` the mean
+of the other peers' updates, `β` the update's least-squares multiple of it (so a graded peer's
+scaled-down consensus is not counted as its own). Per peer it reports:
+- `persistence`: the mean cosine of a window's residual with the sum of its earlier ones (from
+  its third update on); error feedback makes it negative for honest peers;
+- `accumulation`: `|Σr|² / Σ|r|²` over every window (1 for a fixed residual, about 1/n for
+  independent ones);
+- `cos_hidden`: the mean cosine of the update with poison's hidden direction (known to the
+  benchmark only; ≈ 0 for everyone else).
+The last line is one JSON object: every peer's figures and, per behaviour, their range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ["HOME"] = tempfile.mkdtemp(prefix="gauntlet-bench-home-")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from benchmarks.bench_fidelity import seeded
+from scoring.corpus import generate_corpus
+from scoring.decoder import Expected, decode_submission
+from scoring.model import param_spec
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.adversaries import Poison
+from validator.demo.sim.plugins import parse_peers
+from validator.stores.fetch_types import object_key
+
+Vector = npt.NDArray[np.float64]
+PEERS = "honest:4,poison:1,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
+
+
+@dataclass
+class Track:
+    """One peer's running figures (its residuals' sum, not every residual: memory stays per peer)."""
+
+    behaviour: str
+    total: Vector | None = None
+    squares: float = 0.0
+    persistence: list[float] = field(default_factory=list)
+    cos_hidden: list[float] = field(default_factory=list)
+
+    def add(self, residual: Vector, update: Vector, hidden: Vector) -> None:
+        if self.total is not None:
+            self.persistence.append(cosine(residual, self.total))
+        self.total = residual.copy() if self.total is None else self.total + residual
+        self.squares += float(residual @ residual)
+        self.cos_hidden.append(cosine(update, hidden))
+
+    def figures(self) -> dict[str, Any]:
+        later = self.persistence[1:]  # the second residual against the first alone is noisier
+        total = self.total if self.total is not None else np.zeros(1)
+        return {
+            "behaviour": self.behaviour,
+            "persistence": round(float(np.mean(later)), 4) if later else None,
+            "accumulation": round(float(total @ total) / self.squares, 4) if self.squares else None,
+            "cos_hidden": round(float(np.mean(self.cos_hidden)), 4) if self.cos_hidden else None,
+        }
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    denominator = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / denominator if denominator > 0.0 else 0.0
+
+
+def hidden_direction(model: torch.nn.Module) -> Vector:
+    """Poison's direction, as `craft.direction` draws it (the same seed, parameter order and norm)."""
+    g = torch.Generator().manual_seed(Poison().seed)
+    d = torch.cat([torch.randn(p.shape, generator=g).flatten() for _, p in model.named_parameters()])
+    unit: Vector = (d / torch.linalg.vector_norm(d)).double().numpy()
+    return unit
+
+
+def published(runner: DemoRunner, window: int) -> dict[int, Vector]:
+    """Every peer's update this window as the validator decodes it, flattened (uid → vector)."""
+    model = runner.state.model.model
+    spec, names = param_spec(model), [n for n, _ in model.named_parameters()]
+    out: dict[int, Vector] = {}
+    for peer in runner.network.peers:
+        path = Path(str(peer.location.path)) / object_key(window, peer.hotkey)
+        if not path.is_file():
+            continue
+        result = decode_submission(
+            path.read_bytes(), spec, Expected(verify_signature=False), runner.network.tools.codec
+        )
+        if result.update is not None:
+            params = result.update.params
+            out[peer.uid] = np.concatenate([params[n].dense().flatten().double().numpy() for n in names])
+    return out
+
+
+def residuals(updates: Mapping[int, Vector]) -> dict[int, Vector]:
+    """Each update less its least-squares multiple of the other peers' mean."""
+    out: dict[int, Vector] = {}
+    total = sum(updates.values(), np.zeros_like(next(iter(updates.values()))))
+    for uid, u in updates.items():
+        consensus = (total - u) / (len(updates) - 1)
+        scale = float(u @ consensus) / max(float(consensus @ consensus), 1e-30)
+        out[uid] = u - scale * consensus
+    return out
+
+
+def run(peers: str, windows: int, inner_steps: int, root: Path, corpus: Path) -> list[dict[str, Any]]:
+    root.mkdir(parents=True)
+    (root / "corpus").symlink_to(corpus, target_is_directory=True)
+    runner = DemoRunner(
+        DemoConfig(parse_peers(peers), windows=windows, workdir=root, inner_steps=inner_steps)
+    )
+    behaviour = {p.uid: p.behaviour.name for p in runner.network.peers}
+    hidden = hidden_direction(runner.state.model.model)
+    tracks = {uid: Track(name) for uid, name in behaviour.items()}
+    first = runner.next_window
+    for window in range(first, first + windows):
+        runner.publish(window)
+        updates = published(runner, window)  # before validating: the model still at the window's base
+        if len(updates) > 1:
+            for uid, r in residuals(updates).items():
+                tracks[uid].add(r, updates[uid], hidden)
+        runner.validate(window)
+    return [{"uid": uid} | t.figures() for uid, t in sorted(tracks.items())]
+
+
+def ranges(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        for key in ("persistence", "accumulation", "cos_hidden"):
+            if row[key] is None:
+                continue
+            span = out.setdefault(row["behaviour"], {}).setdefault(key, [row[key], row[key]])
+            span[0], span[1] = min(span[0], row[key]), max(span[1], row[key])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="3 windows, three peers, H = 2")
+    parser.add_argument("--peers", default=PEERS)
+    parser.add_argument("--windows", type=int, default=8)
+    parser.add_argument("--seeds", type=int, default=2, help="under N public seeds and secrets")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    peers, windows, inner = ("honest:2,poison:1", 3, 2) if args.quick else (args.peers, args.windows, 20)
+    seeds = 1 if args.quick else max(args.seeds, 1)
+    root = Path(tempfile.mkdtemp(prefix="gauntlet-residuals-"))
+    corpus = root / "corpus"
+    generate_corpus(corpus, seed=0, n_tokens=300_000 if args.quick else 1_500_000, shard_tokens=150_000)
+    rows: list[dict[str, Any]] = []
+    for k in range(seeds):
+        seeded(k)
+        for row in run(peers, windows, inner, root / f"run-{k}", corpus):
+            rows.append({"seed": k} | row)
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(json.dumps({"peers": peers, "windows": windows, "rows": rows, "by_behaviour": ranges(rows)}))
+
+
+if __name__ == "__main__":
+    main()
