@@ -23,7 +23,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,10 @@ import torch
 
 from benchmarks.bench_fidelity import seeded
 from scoring.corpus import generate_corpus
-from scoring.decoder import Expected, decode_submission
-from scoring.model import param_spec
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.adversaries import Poison
+from validator.demo.sim.context import Behaviour
+from validator.demo.sim.craft import decode_dense, model_direction
 from validator.demo.sim.plugins import parse_peers
 from validator.stores.fetch_types import object_key
 
@@ -67,11 +67,12 @@ class Track:
 
     def figures(self) -> dict[str, Any]:
         later = self.persistence[1:]  # the second residual against the first alone is noisier
-        total = self.total if self.total is not None else np.zeros(1)
+        total = self.total
+        accumulation = float(total @ total) / self.squares if total is not None and self.squares else None
         return {
             "behaviour": self.behaviour,
             "persistence": round(float(np.mean(later)), 4) if later else None,
-            "accumulation": round(float(total @ total) / self.squares, 4) if self.squares else None,
+            "accumulation": None if accumulation is None else round(accumulation, 4),
             "cos_hidden": round(float(np.mean(self.cos_hidden)), 4) if self.cos_hidden else None,
         }
 
@@ -81,29 +82,20 @@ def cosine(a: Vector, b: Vector) -> float:
     return float(a @ b) / denominator if denominator > 0.0 else 0.0
 
 
-def hidden_direction(model: torch.nn.Module) -> Vector:
-    """Poison's direction, as `craft.direction` draws it (the same seed, parameter order and norm)."""
-    g = torch.Generator().manual_seed(Poison().seed)
-    d = torch.cat([torch.randn(p.shape, generator=g).flatten() for _, p in model.named_parameters()])
-    unit: Vector = (d / torch.linalg.vector_norm(d)).double().numpy()
-    return unit
+def flat(dense: Mapping[str, torch.Tensor], names: list[str]) -> Vector:
+    out: Vector = np.concatenate([dense[n].flatten().double().numpy() for n in names])
+    return out
 
 
 def published(runner: DemoRunner, window: int) -> dict[int, Vector]:
     """Every peer's update this window as the validator decodes it, flattened (uid → vector)."""
     model = runner.state.model.model
-    spec, names = param_spec(model), [n for n, _ in model.named_parameters()]
+    names = [n for n, _ in model.named_parameters()]
     out: dict[int, Vector] = {}
     for peer in runner.network.peers:
         path = Path(str(peer.location.path)) / object_key(window, peer.hotkey)
-        if not path.is_file():
-            continue
-        result = decode_submission(
-            path.read_bytes(), spec, Expected(verify_signature=False), runner.network.tools.codec
-        )
-        if result.update is not None:
-            params = result.update.params
-            out[peer.uid] = np.concatenate([params[n].dense().flatten().double().numpy() for n in names])
+        if path.is_file() and (dense := decode_dense(path.read_bytes(), model, runner.network.tools.codec)):
+            out[peer.uid] = flat(dense, names)
     return out
 
 
@@ -118,14 +110,15 @@ def residuals(updates: Mapping[int, Vector]) -> dict[int, Vector]:
     return out
 
 
-def run(peers: str, windows: int, inner_steps: int, root: Path, corpus: Path) -> list[dict[str, Any]]:
+def run(
+    peers: Sequence[Behaviour], windows: int, inner_steps: int, root: Path, corpus: Path
+) -> list[dict[str, Any]]:
     root.mkdir(parents=True)
     (root / "corpus").symlink_to(corpus, target_is_directory=True)
-    runner = DemoRunner(
-        DemoConfig(parse_peers(peers), windows=windows, workdir=root, inner_steps=inner_steps)
-    )
+    runner = DemoRunner(DemoConfig(peers, windows=windows, workdir=root, inner_steps=inner_steps))
     behaviour = {p.uid: p.behaviour.name for p in runner.network.peers}
-    hidden = hidden_direction(runner.state.model.model)
+    model = runner.state.model.model
+    hidden = flat(model_direction(model, Poison().seed), [n for n, _ in model.named_parameters()])
     tracks = {uid: Track(name) for uid, name in behaviour.items()}
     first = runner.next_window
     for window in range(first, first + windows):
@@ -157,7 +150,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="under N public seeds and secrets")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    peers, windows, inner = ("honest:2,poison:1", 3, 2) if args.quick else (args.peers, args.windows, 20)
+    spec, windows, inner = ("honest:2,poison:1", 3, 2) if args.quick else (args.peers, args.windows, 20)
+    try:
+        peers = parse_peers(spec)
+    except ValueError as e:
+        parser.error(f"--peers: {e}")
+    if windows < 2:
+        parser.error("--windows: need at least 2 (persistence compares a window with earlier ones)")
     seeds = 1 if args.quick else max(args.seeds, 1)
     root = Path(tempfile.mkdtemp(prefix="gauntlet-residuals-"))
     corpus = root / "corpus"
@@ -168,7 +167,7 @@ def main() -> None:
         for row in run(peers, windows, inner, root / f"run-{k}", corpus):
             rows.append({"seed": k} | row)
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"peers": peers, "windows": windows, "rows": rows, "by_behaviour": ranges(rows)}))
+    print(json.dumps({"peers": spec, "windows": windows, "rows": rows, "by_behaviour": ranges(rows)}))
 
 
 if __name__ == "__main__":

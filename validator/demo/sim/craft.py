@@ -14,7 +14,7 @@ from scoring.decoder import Expected, Rejected, decode_submission, submission_di
 from scoring.encoder import signed_file
 from scoring.model import param_spec
 from scoring.train import train_inner
-from scoring.wire import FORMAT_V2, payload_digest
+from scoring.wire import FORMAT_V2, CodecConfig, payload_digest
 from validator.demo.sim.context import PeerContext
 
 HONEST_DELAY_S = 5.0
@@ -54,7 +54,12 @@ def decoded_others(ctx: PeerContext) -> list[Dense]:
 
 def decoded(ctx: PeerContext, data: bytes) -> Dense:
     """One submission's dense update as the validator decodes it ({} when it does not decode)."""
-    result = decode_submission(data, param_spec(ctx.model), Expected(verify_signature=False), ctx.tools.codec)
+    return decode_dense(data, ctx.model, ctx.tools.codec)
+
+
+def decode_dense(data: bytes, model: torch.nn.Module, codec: CodecConfig) -> Dense:
+    """`decoded` for callers without a peer's context (benchmarks reading what peers published)."""
+    result = decode_submission(data, param_spec(model), Expected(verify_signature=False), codec)
     return {} if result.update is None else {n: p.dense() for n, p in result.update.params.items()}
 
 
@@ -68,8 +73,13 @@ def train_partial(ctx: PeerContext, steps_fraction: float = 1.0, pages_fraction:
 
 def direction(ctx: PeerContext, seed: int) -> Dense:
     """A fixed random unit direction over the whole model (the same for every peer using `seed`)."""
+    return model_direction(ctx.model, seed)
+
+
+def model_direction(model: torch.nn.Module, seed: int) -> Dense:
+    """`direction` for callers without a peer's context (a benchmark measuring it in updates)."""
     g = torch.Generator().manual_seed(seed)
-    d = {n: torch.randn(p.shape, generator=g) for n, p in ctx.model.named_parameters()}
+    d = {n: torch.randn(p.shape, generator=g) for n, p in model.named_parameters()}
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in d.values()]))
     return {n: t / norm for n, t in d.items()}
 
