@@ -11,6 +11,11 @@ scaled-down consensus is not counted as its own). Per peer it reports:
   its third update on); error feedback makes it negative for honest peers;
 - `accumulation`: `|Σr|² / Σ|r|²` over every window (1 for a fixed residual, about 1/n for
   independent ones);
+- `long_lag`: the mean cosine of two of its residuals at least `LONG_LAG` windows apart (error
+  feedback's anti-correlation fades by then; a fixed hidden direction would not);
+- `usefulness`: the cosine of its summed residuals with the gradient of the held-out loss (the
+  demo's 32 fixed pages) at the last window's base model (positive: subtracting them lowers the
+  loss); a persistent component that does not lower the loss dilutes it;
 - `cos_hidden`: the mean cosine of the update with poison's hidden direction (known to the
   benchmark only; ≈ 0 for everyone else).
 The last line is one JSON object: every peer's figures and, per behaviour, their range.
@@ -34,6 +39,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 import numpy.typing as npt
 import torch
+import torch.nn.functional as F
 
 from benchmarks.bench_fidelity import seeded
 from scoring.corpus import generate_corpus
@@ -46,24 +52,37 @@ from validator.stores.fetch_types import object_key
 
 Vector = npt.NDArray[np.float64]
 PEERS = "honest:4,poison:1,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
+LONG_LAG = 3
 
 
 @dataclass
 class Track:
-    """One peer's running figures (its residuals' sum, not every residual: memory stays per peer)."""
+    """One peer's running figures: its residuals' sum, and the residuals themselves in float32 (the
+    long-lag figure pairs them; 8 windows of the demo's model take 24 MB per peer)."""
 
     behaviour: str
     total: Vector | None = None
     squares: float = 0.0
     persistence: list[float] = field(default_factory=list)
     cos_hidden: list[float] = field(default_factory=list)
+    kept: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    usefulness: float | None = None
 
-    def add(self, residual: Vector, update: Vector, hidden: Vector) -> None:
+    def add(self, residual: Vector, update: Vector, hidden: Vector, gradient: Vector) -> None:
         if self.total is not None:
             self.persistence.append(cosine(residual, self.total))
         self.total = residual.copy() if self.total is None else self.total + residual
         self.squares += float(residual @ residual)
         self.cos_hidden.append(cosine(update, hidden))
+        self.kept.append(residual.astype(np.float32))
+        self.usefulness = cosine(self.total, gradient)
+
+    def long_lag(self) -> float | None:
+        pairs = [
+            cosine(a.astype(np.float64), b.astype(np.float64))
+            for i, a in enumerate(self.kept) for b in self.kept[i + LONG_LAG :]
+        ]  # fmt: skip
+        return round(float(np.mean(pairs)), 4) if pairs else None
 
     def figures(self) -> dict[str, Any]:
         later = self.persistence[1:]  # the second residual against the first alone is noisier
@@ -73,6 +92,8 @@ class Track:
             "behaviour": self.behaviour,
             "persistence": round(float(np.mean(later)), 4) if later else None,
             "accumulation": None if accumulation is None else round(accumulation, 4),
+            "long_lag": self.long_lag(),
+            "usefulness": None if self.usefulness is None else round(self.usefulness, 4),
             "cos_hidden": round(float(np.mean(self.cos_hidden)), 4) if self.cos_hidden else None,
         }
 
@@ -96,6 +117,23 @@ def published(runner: DemoRunner, window: int) -> dict[int, Vector]:
         path = Path(str(peer.location.path)) / object_key(window, peer.hotkey)
         if path.is_file() and (dense := decode_dense(path.read_bytes(), model, runner.network.tools.codec)):
             out[peer.uid] = flat(dense, names)
+    return out
+
+
+def heldout_gradient(runner: DemoRunner) -> Vector:
+    """The gradient of the held-out loss on the demo's fixed pages at the current global model,
+    flattened in parameter order. Updates are subtracted (θ ← θ − β·u), so an update that lowers
+    the loss has a positive cosine with it."""
+    model = runner.state.model.model
+    model.zero_grad()
+    tokens = sum(b[:, 1:].numel() for b in runner.eval_batches)
+    for batch in runner.eval_batches:
+        logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
+        torch.autograd.backward(loss / tokens)
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad for _, p in model.named_parameters()]
+    out: Vector = np.concatenate([g.flatten().double().numpy() for g in grads])
+    model.zero_grad()
     return out
 
 
@@ -125,8 +163,9 @@ def run(
         runner.publish(window)
         updates = published(runner, window)  # before validating: the model still at the window's base
         if len(updates) > 1:
+            gradient = heldout_gradient(runner)
             for uid, r in residuals(updates).items():
-                tracks[uid].add(r, updates[uid], hidden)
+                tracks[uid].add(r, updates[uid], hidden, gradient)
         runner.validate(window)
     return [{"uid": uid} | t.figures() for uid, t in sorted(tracks.items())]
 
@@ -134,7 +173,7 @@ def run(
 def ranges(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {}
     for row in rows:
-        for key in ("persistence", "accumulation", "cos_hidden"):
+        for key in ("persistence", "accumulation", "long_lag", "usefulness", "cos_hidden"):
             if row[key] is None:
                 continue
             span = out.setdefault(row["behaviour"], {}).setdefault(key, [row[key], row[key]])
