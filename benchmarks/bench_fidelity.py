@@ -5,8 +5,8 @@
 Runs the demo's sizing (tiny model, H = 20, 8 windows) once per scenario, each in its own workdir:
 honest peers alone, each built-in adversary with the honest peers, graded honest peers (and two
 full peers with two weak ones, beside the two full peers alone), a mixed scenario with every
-adversary plus malformed junk, and attempts to frame honest peers (`FRAMING`, read by their
-coverage). Per scenario it reports:
+adversary of `ADVERSARIES` plus malformed junk, attempts to frame honest peers (`FRAMING`, read by
+their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per scenario it reports:
 - `loss_ratio`: the final held-out loss ÷ its reference run's (same pages, same seed): the
   honest-only run's, except for the scenarios made of honest peers of unequal work (`graded`,
   `weak_half`), whose reference is their full peers alone (`full_half`; see `REFERENCE`);
@@ -61,6 +61,9 @@ REFERENCE = {"graded": "full_half", "weak_half": "full_half"}
 # Attempts to frame honest peers rather than to be aggregated: they are scored by honest coverage.
 # `shrunk`: four identities whose honest updates are halved (more linear, a higher retention).
 FRAMING = {"shrunk": f"{HONEST},shrunk:4"}
+# Stronger variants of an adversary in the mix, measured alone beside the honest peers (the mixed
+# scenario stays the one every round has measured): poison at twice its share of the norm.
+VARIANTS = {"poison_strong": f"{HONEST},poison_strong:1"}
 TARGETS = {
     "coverage": 1.0,
     "adversary_selections": 0,
@@ -83,7 +86,7 @@ def scenarios(quick: bool) -> dict[str, str]:
     for a in ADVERSARIES:
         name, _, count = a.partition(":")
         out[name] = f"{HONEST},{name}:{count or 1}"
-    return out | FRAMING
+    return out | FRAMING | VARIANTS
 
 
 def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_steps: int) -> dict[str, Any]:

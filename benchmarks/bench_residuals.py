@@ -16,8 +16,8 @@ scaled-down consensus is not counted as its own). Per peer it reports:
 - `usefulness`: the cosine of its summed residuals with the gradient of the held-out loss (the
   demo's 32 fixed pages) at the last window's base model (positive: subtracting them lowers the
   loss); a persistent component that does not lower the loss dilutes it;
-- `cos_hidden`: the mean cosine of the update with poison's hidden direction (known to the
-  benchmark only; ≈ 0 for everyone else).
+- `cos_hidden`: the mean cosine of the update with its own hidden direction, or poison's for a
+  peer without one (known to the benchmark only; ≈ 0 for honest peers).
 The last line is one JSON object: every peer's figures and, per behaviour, their range.
 """
 
@@ -51,7 +51,7 @@ from validator.demo.sim.plugins import parse_peers
 from validator.stores.fetch_types import object_key
 
 Vector = npt.NDArray[np.float64]
-PEERS = "honest:4,poison:1,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
+PEERS = "honest:4,poison:1,poison_strong:1,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
 LONG_LAG = 3
 
 
@@ -156,7 +156,11 @@ def run(
     runner = DemoRunner(DemoConfig(peers, windows=windows, workdir=root, inner_steps=inner_steps))
     behaviour = {p.uid: p.behaviour.name for p in runner.network.peers}
     model = runner.state.model.model
-    hidden = flat(model_direction(model, Poison().seed), [n for n, _ in model.named_parameters()])
+    names = [n for n, _ in model.named_parameters()]
+    # each peer against its own hidden direction (poison's, poison_strong's, the colluders' shared
+    # one); peers without one against poison's
+    seeds = {p.uid: int(getattr(p.behaviour, "seed", Poison().seed)) for p in runner.network.peers}
+    hidden = {s: flat(model_direction(model, s), names) for s in set(seeds.values())}
     tracks = {uid: Track(name) for uid, name in behaviour.items()}
     first = runner.next_window
     for window in range(first, first + windows):
@@ -165,7 +169,7 @@ def run(
         if len(updates) > 1:
             gradient = heldout_gradient(runner)
             for uid, r in residuals(updates).items():
-                tracks[uid].add(r, updates[uid], hidden, gradient)
+                tracks[uid].add(r, updates[uid], hidden[seeds[uid]], gradient)
         runner.validate(window)
     return [{"uid": uid} | t.figures() for uid, t in sorted(tracks.items())]
 

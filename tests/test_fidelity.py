@@ -37,6 +37,7 @@ def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
         "stale_copy",
         "collude",
         "poison",
+        "poison_strong",
         "sandbag",
         "sandbag_matched",
         "shrunk",

@@ -186,6 +186,11 @@ class Shrunk:
         return Submission(ctx.encode({n: t * 0.5 for n, t in ctx.train().items()}), HONEST_DELAY_S)
 
 
+# twice poison's share, in a direction of its own: under the norm band (poison at half the norm is
+# kept out by `max_inflation`), with more of it persisting across windows (bench_fidelity, README)
+POISON_STRONG = Poison(name="poison_strong", weight=0.2, seed=778)
+
 ADVERSARIES = (
     NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
+    POISON_STRONG,
 )  # fmt: skip
