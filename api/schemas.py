@@ -93,7 +93,7 @@ class RatingOut(Schema):
     penalty: dict[str, Any]
     last_evaluated_window: int | None
     evaluations: int = Field(0, description="windows in which the peer was evaluated")
-    positives: int = Field(0, description="evaluations whose own-data indicator was +1")
+    positives: int = Field(0, description="evaluations with indicator +1 or a margin within proof_tie of 0")
     mean_margin: float = Field(0.0, description="mean relative own-data margin: the proof of training")
     links: dict[str, float] = Field(
         default_factory=dict,

@@ -5,7 +5,9 @@ Proof of training (`proven`): after `proof_min_evaluations` evaluations,
   `proof_margin`: on the demo honest peers scored +1 in only ~80 % of windows 3–6 while their mean
   margin stayed ≥ 0.045; a lazy peer (trained on pages that are not its own) is a coin flip with a
   margin around 0 (MEASURED.md);
-- the Wilson lower bound (`proof_z`) of the +1 rate reaches `proof_rate`: it bars mostly −1 records.
+- the Wilson lower bound (`proof_z`) of the +1 rate reaches `proof_rate`: it bars mostly −1 records
+  (a mean carried by one strong window). A margin within `proof_tie` of 0 counts as +1 here: it is
+  a tie, and two of them cost an honest peer its proof (`positive`).
 
 Measured and not adopted: reading each margin against the window's median margin (the held-out pages
 are shared, so one late window where every update gained 30–60 % more on its own pages lifted a lazy
@@ -36,6 +38,17 @@ def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
     return (centre - spread) / (1.0 + z2 / n) >= cfg.proof_rate
 
 
+def positive(o: PeerOutcome, cfg: RatingConfig) -> bool:
+    """Does this evaluation count towards the +1 rate? Its indicator, or a margin above −proof_tie
+    (measured: an honest peer's margins 0.49, 0.16, −0.001, −0.001 were two −1s of four, under the
+    rate's bound, in bench_fidelity's poison_strong run under seed 0)."""
+    if o.indicator is not None and o.indicator > 0:
+        return True
+    if o.score is None or o.own_gain is None:
+        return False
+    return relative_margin(o.score, o.own_gain) > -cfg.proof_tie
+
+
 def relative_margin(score: float, own_gain: float | None) -> float:
     """The update's extra gain on the peer's own pages over held-out ones, relative, in [−1, 1]
     (1 without an own gain: callers that only know the indicator)."""
@@ -50,7 +63,7 @@ def with_evidence(peer: PeerRating, o: PeerOutcome, cfg: RatingConfig) -> PeerRa
     peer = replace(
         peer,
         evaluations=peer.evaluations + 1,
-        positives=peer.positives + (o.indicator > 0),
+        positives=peer.positives + positive(o, cfg),
         margin_sum=peer.margin_sum + relative_margin(o.score, o.own_gain),
     )
     if o.retention is None:

@@ -57,6 +57,10 @@ class RatingConfig:
     proof_z: float = 1.0
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
+    # a margin above −proof_tie counts towards the +1 rate: a −1 by a hair is a tie, not evidence of
+    # lazy training (an honest peer with margins 0.49, 0.16, −0.001, −0.001 lost its proof in
+    # bench_fidelity's poison_strong run, seed 0; no adversary's proof changed at a tie up to 0.05)
+    proof_tie: float = 0.01
     # the least weight of the newest window in the retention average: the plain mean of a peer's first
     # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
     retention_alpha: float = 0.25
@@ -67,8 +71,8 @@ class RatingConfig:
             raise ValueError("need sigma > 0, beta > 0, tau >= 0")
         if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
             raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
-        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0:
-            raise ValueError("need 0 <= proof_rate < 1 and proof_z >= 0")
+        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or not 0.0 <= self.proof_tie < 1.0:
+            raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and 0 <= proof_tie < 1")
         if not 0.0 < self.retention_alpha <= 1.0:
             raise ValueError("need 0 < retention_alpha <= 1")
 
@@ -104,7 +108,7 @@ class PeerRating:
     sigma: float
     bma: float = 0.0
     evaluations: int = 0
-    positives: int = 0  # evaluations whose indicator was +1
+    positives: int = 0  # evaluations whose indicator was +1, or whose margin was a tie (proof.py)
     margin_sum: float = 0.0  # Σ clipped relative own-data margins over evaluations
     windows_seen: int = 0
     consecutive_misses: int = 0

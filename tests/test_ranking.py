@@ -82,6 +82,29 @@ def test_proof_of_training_needs_plus_ones_and_an_own_data_margin() -> None:
     assert relative_margin(0.0, 0.5) == 1.0 and relative_margin(0.01, None) == 1.0
 
 
+def test_a_tie_counts_towards_the_rate_and_clear_minus_ones_do_not() -> None:
+    """Margins of −0.001 are ties (`proof_tie` 0.01): the honest record 0.49, 0.16, −0.001, −0.001
+    (bench_fidelity's poison_strong, seed 0) stays proven, while one strong window followed by clear
+    −1s (a mean margin of 0.175 carried by one window) still does not prove training."""
+
+    def record(margins: list[float], cfg: RatingConfig = CFG) -> PeerRating:
+        state = RatingState()
+        for w, m in enumerate(margins):
+            own = 0.01 * (1.0 + m)
+            state = update_ratings(state, w, [ok("a", 0, 0.01, 1 if own > 0.01 else -1, own_gain=own)], cfg)
+        return state.peers["a"]
+
+    honest = record([0.49, 0.16, -0.001, -0.001])
+    assert honest.positives == 4 and proven(honest, CFG)
+    strict = RatingConfig(proof_tie=0.0)
+    assert record([0.49, 0.16, -0.001, -0.001], strict).positives == 2
+    assert not proven(record([0.49, 0.16, -0.001, -0.001], strict), strict)  # the old rule framed it
+    one_window = record([1.0, -0.1, -0.1, -0.1])
+    assert one_window.positives == 1 and not proven(one_window, CFG)
+    with pytest.raises(ValueError):
+        RatingConfig(proof_tie=-0.01)
+
+
 def test_states_stored_before_new_fields_still_load() -> None:
     data = PeerRating("a", 0, 25.0, 8.0, evaluations=3).to_dict()
     del data["positives"]
