@@ -16,6 +16,8 @@ scaled-down consensus is not counted as its own). Per peer it reports:
 - `usefulness`: the cosine of its summed residuals with the gradient of the held-out loss (the
   demo's 32 fixed pages) at the last window's base model (positive: subtracting them lowers the
   loss); a persistent component that does not lower the loss dilutes it;
+- `long_lag_sketch`: `long_lag` as a validator could keep it, from a CountSketch of each update
+  (`--sketch-bits`, a fixed hash for every window) with the residuals taken in sketch space;
 - `cos_hidden`: the mean cosine of the update with its own hidden direction, or poison's for a
   peer without one (known to the benchmark only; ≈ 0 for honest peers).
 The last line is one JSON object: every peer's figures and, per behaviour, their range.
@@ -53,6 +55,7 @@ from validator.stores.fetch_types import object_key
 Vector = npt.NDArray[np.float64]
 PEERS = "honest:4,poison:1,poison_strong:1,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
 LONG_LAG = 3
+SKETCH_BITS = 16
 
 
 @dataclass
@@ -66,6 +69,7 @@ class Track:
     persistence: list[float] = field(default_factory=list)
     cos_hidden: list[float] = field(default_factory=list)
     kept: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    sketched: list[npt.NDArray[np.float32]] = field(default_factory=list)  # residuals' sketches
     usefulness: float | None = None
 
     def add(self, residual: Vector, update: Vector, hidden: Vector, gradient: Vector) -> None:
@@ -77,10 +81,11 @@ class Track:
         self.kept.append(residual.astype(np.float32))
         self.usefulness = cosine(self.total, gradient)
 
-    def long_lag(self) -> float | None:
+    def long_lag(self, sketched: bool = False) -> float | None:
+        vectors = self.sketched if sketched else self.kept
         pairs = [
             cosine(a.astype(np.float64), b.astype(np.float64))
-            for i, a in enumerate(self.kept) for b in self.kept[i + LONG_LAG :]
+            for i, a in enumerate(vectors) for b in vectors[i + LONG_LAG :]
         ]  # fmt: skip
         return round(float(np.mean(pairs)), 4) if pairs else None
 
@@ -93,6 +98,7 @@ class Track:
             "persistence": round(float(np.mean(later)), 4) if later else None,
             "accumulation": None if accumulation is None else round(accumulation, 4),
             "long_lag": self.long_lag(),
+            "long_lag_sketch": self.long_lag(sketched=True),
             "usefulness": None if self.usefulness is None else round(self.usefulness, 4),
             "cos_hidden": round(float(np.mean(self.cos_hidden)), 4) if self.cos_hidden else None,
         }
@@ -118,6 +124,25 @@ def published(runner: DemoRunner, window: int) -> dict[int, Vector]:
         if path.is_file() and (dense := decode_dense(path.read_bytes(), model, runner.network.tools.codec)):
             out[peer.uid] = flat(dense, names)
     return out
+
+
+@dataclass(frozen=True)
+class CountSketch:
+    """Coordinate i adds sign[i] × x[i] to bucket[i]: dot products, and so cosines, are preserved in
+    expectation with an error of about |a||b|/√K. One fixed hash for every window, as a validator
+    comparing a peer's residuals across windows would keep (seeded here; secret there)."""
+
+    bucket: npt.NDArray[np.int64]
+    sign: Vector
+    size: int
+
+    @staticmethod
+    def create(n: int, bits: int, seed: int = 0) -> CountSketch:
+        rng = np.random.default_rng(seed)
+        return CountSketch(rng.integers(0, 1 << bits, n), rng.choice([-1.0, 1.0], n), 1 << bits)
+
+    def __call__(self, x: Vector) -> Vector:
+        return np.bincount(self.bucket, weights=self.sign * x, minlength=self.size).astype(np.float64)
 
 
 def heldout_gradient(runner: DemoRunner) -> Vector:
@@ -149,8 +174,9 @@ def residuals(updates: Mapping[int, Vector]) -> dict[int, Vector]:
 
 
 def run(
-    peers: Sequence[Behaviour], windows: int, inner_steps: int, root: Path, corpus: Path
-) -> list[dict[str, Any]]:
+    peers: Sequence[Behaviour], windows: int, inner_steps: int, root: Path, corpus: Path,
+    sketch_bits: int = SKETCH_BITS,
+) -> list[dict[str, Any]]:  # fmt: skip
     root.mkdir(parents=True)
     (root / "corpus").symlink_to(corpus, target_is_directory=True)
     runner = DemoRunner(DemoConfig(peers, windows=windows, workdir=root, inner_steps=inner_steps))
@@ -162,6 +188,7 @@ def run(
     seeds = {p.uid: int(getattr(p.behaviour, "seed", Poison().seed)) for p in runner.network.peers}
     hidden = {s: flat(model_direction(model, s), names) for s in set(seeds.values())}
     tracks = {uid: Track(name) for uid, name in behaviour.items()}
+    sketch = CountSketch.create(sum(p.numel() for p in model.parameters()), sketch_bits)
     first = runner.next_window
     for window in range(first, first + windows):
         runner.publish(window)
@@ -170,6 +197,8 @@ def run(
             gradient = heldout_gradient(runner)
             for uid, r in residuals(updates).items():
                 tracks[uid].add(r, updates[uid], hidden[seeds[uid]], gradient)
+            for uid, r in residuals({uid: sketch(u) for uid, u in updates.items()}).items():
+                tracks[uid].sketched.append(r.astype(np.float32))
         runner.validate(window)
     return [{"uid": uid} | t.figures() for uid, t in sorted(tracks.items())]
 
@@ -177,7 +206,7 @@ def run(
 def ranges(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {}
     for row in rows:
-        for key in ("persistence", "accumulation", "long_lag", "usefulness", "cos_hidden"):
+        for key in ("persistence", "accumulation", "long_lag", "long_lag_sketch", "usefulness", "cos_hidden"):
             if row[key] is None:
                 continue
             span = out.setdefault(row["behaviour"], {}).setdefault(key, [row[key], row[key]])
@@ -191,6 +220,7 @@ def main() -> None:
     parser.add_argument("--peers", default=PEERS)
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=2, help="under N public seeds and secrets")
+    parser.add_argument("--sketch-bits", type=int, default=SKETCH_BITS, help="log2 of the sketch's buckets")
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec, windows, inner = ("honest:2,poison:1", 3, 2) if args.quick else (args.peers, args.windows, 20)
@@ -200,6 +230,8 @@ def main() -> None:
         parser.error(f"--peers: {e}")
     if windows < 2:
         parser.error("--windows: need at least 2 (persistence compares a window with earlier ones)")
+    if not 8 <= args.sketch_bits <= 24:
+        parser.error("--sketch-bits: between 8 and 24")
     seeds = 1 if args.quick else max(args.seeds, 1)
     root = Path(tempfile.mkdtemp(prefix="gauntlet-residuals-"))
     corpus = root / "corpus"
@@ -207,10 +239,11 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for k in range(seeds):
         seeded(k)
-        for row in run(peers, windows, inner, root / f"run-{k}", corpus):
+        for row in run(peers, windows, inner, root / f"run-{k}", corpus, args.sketch_bits):
             rows.append({"seed": k} | row)
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(json.dumps({"peers": spec, "windows": windows, "rows": rows, "by_behaviour": ranges(rows)}))
+    figures = {"peers": spec, "windows": windows, "sketch_bits": args.sketch_bits, "rows": rows}
+    print(json.dumps(figures | {"by_behaviour": ranges(rows)}))
 
 
 if __name__ == "__main__":
