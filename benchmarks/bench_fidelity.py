@@ -137,6 +137,8 @@ def main() -> None:
     chosen = scenarios(args.quick)
     if args.only:
         only = args.only.split(",")
+        if unknown := sorted(set(only) - chosen.keys()):  # a typo would silently run honest_only alone
+            parser.error(f"--only: unknown scenario {', '.join(unknown)}; known: {', '.join(chosen)}")
         keep = {"honest_only", *only, *(REFERENCE[n] for n in only if n in REFERENCE)}
         chosen = {k: v for k, v in chosen.items() if k in keep}
     root = Path(tempfile.mkdtemp(prefix="gauntlet-fidelity-"))

@@ -16,8 +16,9 @@ scaled-down consensus is not counted as its own). Per peer it reports:
 - `usefulness`: the cosine of its summed residuals with the gradient of the held-out loss (the
   demo's 32 fixed pages) at the last window's base model (positive: subtracting them lowers the
   loss); a persistent component that does not lower the loss dilutes it;
-- `long_lag_sketch`: `long_lag` as a validator could keep it, from a CountSketch of each update
-  (`--sketch-bits`, a fixed hash for every window) with the residuals taken in sketch space;
+- `long_lag_sketch`: `long_lag` as a validator could keep it, from a count sketch of each update
+  (the copy check's hashing, `--sketch-bits`, one hash for every window), residuals taken in
+  sketch space;
 - `cos_hidden`: the mean cosine of the update with its own hidden direction, or poison's for a
   peer without one (known to the benchmark only; ≈ 0 for honest peers).
 The last line is one JSON object: every peer's figures and, per behaviour, their range.
@@ -45,6 +46,7 @@ import torch.nn.functional as F
 
 from benchmarks.bench_fidelity import seeded
 from scoring.corpus import generate_corpus
+from scoring.similarity import count_sketch
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.adversaries import Poison
 from validator.demo.sim.context import Behaviour
@@ -56,6 +58,7 @@ Vector = npt.NDArray[np.float64]
 PEERS = "honest:4,poison:1,poison_strong:1,honest_quarter:1,honest_tenth:1,honest_quarter_pages:1"
 LONG_LAG = 3
 SKETCH_BITS = 16
+SKETCH_SEED = 0
 
 
 @dataclass
@@ -126,23 +129,14 @@ def published(runner: DemoRunner, window: int) -> dict[int, Vector]:
     return out
 
 
-@dataclass(frozen=True)
-class CountSketch:
-    """Coordinate i adds sign[i] × x[i] to bucket[i]: dot products, and so cosines, are preserved in
-    expectation with an error of about |a||b|/√K. One fixed hash for every window, as a validator
-    comparing a peer's residuals across windows would keep (seeded here; secret there)."""
-
-    bucket: npt.NDArray[np.int64]
-    sign: Vector
-    size: int
-
-    @staticmethod
-    def create(n: int, bits: int, seed: int = 0) -> CountSketch:
-        rng = np.random.default_rng(seed)
-        return CountSketch(rng.integers(0, 1 << bits, n), rng.choice([-1.0, 1.0], n), 1 << bits)
-
-    def __call__(self, x: Vector) -> Vector:
-        return np.bincount(self.bucket, weights=self.sign * x, minlength=self.size).astype(np.float64)
+def update_sketch(update: Vector, bits: int) -> Vector:
+    """The update's count sketch with the validator's own hashing (scoring/similarity.py), over its
+    kept coordinates; one fixed hash for every window, as a validator comparing a peer's residuals
+    across windows would keep (seeded here; secret there)."""
+    kept = np.flatnonzero(update)
+    rng = np.random.default_rng(SKETCH_SEED)  # the same multipliers on every call
+    out: Vector = count_sketch(kept[None, :], update[kept][None, :], bits, rng).numpy()[0]
+    return out
 
 
 def heldout_gradient(runner: DemoRunner) -> Vector:
@@ -188,7 +182,6 @@ def run(
     seeds = {p.uid: int(getattr(p.behaviour, "seed", Poison().seed)) for p in runner.network.peers}
     hidden = {s: flat(model_direction(model, s), names) for s in set(seeds.values())}
     tracks = {uid: Track(name) for uid, name in behaviour.items()}
-    sketch = CountSketch.create(sum(p.numel() for p in model.parameters()), sketch_bits)
     first = runner.next_window
     for window in range(first, first + windows):
         runner.publish(window)
@@ -197,7 +190,8 @@ def run(
             gradient = heldout_gradient(runner)
             for uid, r in residuals(updates).items():
                 tracks[uid].add(r, updates[uid], hidden[seeds[uid]], gradient)
-            for uid, r in residuals({uid: sketch(u) for uid, u in updates.items()}).items():
+            sketches = {uid: update_sketch(u, sketch_bits) for uid, u in updates.items()}
+            for uid, r in residuals(sketches).items():
                 tracks[uid].sketched.append(r.astype(np.float32))
         runner.validate(window)
     return [{"uid": uid} | t.figures() for uid, t in sorted(tracks.items())]

@@ -42,10 +42,9 @@ def positive(o: PeerOutcome, cfg: RatingConfig) -> bool:
     """Does this evaluation count towards the +1 rate? Its indicator, or a margin above −proof_tie
     (measured: an honest peer's margins 0.49, 0.16, −0.001, −0.001 were two −1s of four, under the
     rate's bound, in bench_fidelity's poison_strong run under seed 0)."""
-    if o.indicator is not None and o.indicator > 0:
-        return True
-    if o.score is None or o.own_gain is None:
-        return False
+    if o.score is None or o.own_gain is None:  # only the indicator is known
+        return o.indicator is not None and o.indicator > 0
+    # the indicator is +1 exactly when this margin is positive
     return relative_margin(o.score, o.own_gain) > -cfg.proof_tie
 
 

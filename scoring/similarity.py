@@ -83,7 +83,7 @@ def sampled(
 _SKETCH_ROWS = 16  # peers hashed at a time: the hashing's temporaries stay a few rows large
 
 
-def _sketch(
+def count_sketch(
     keys: I64, weights: npt.NDArray[np.generic] | None, bits: int, rng: np.random.Generator
 ) -> torch.Tensor:
     """(P, 2^bits) float64 count sketch: each key adds ±weight (1 when None) to one bucket of its
@@ -111,7 +111,7 @@ def estimate_overlaps(idx: I64, val: npt.NDArray[np.float32], bits: int, rng: np
     """(P, P) overlap estimates from the sampled positions (collision noise ≈ 1/2^(bits/2))."""
     keys = idx * 2
     keys += val > 0
-    sk = _sketch(keys, None, bits, rng)
+    sk = count_sketch(keys, None, bits, rng)
     del keys
     # Bucket sums are small integers, exact in bf16; bf16 rounds the products by < 0.4 %, plenty
     # for picking candidates, and halves the cost of the product.
@@ -129,7 +129,7 @@ def residual_similarity(
 ) -> F64:
     """(P, P) cosine of the peers' residuals beyond the leave-one-out consensus (module docstring);
     rows marked `outside` are compared but left out of every consensus."""
-    unit = _sketch(idx, val, bits, rng)
+    unit = count_sketch(idx, val, bits, rng)
     unit /= torch.linalg.vector_norm(unit, dim=1, keepdim=True).clamp_min(1e-30)
     # Each peer counts in the consensus by how much it agrees with the plain mean: unrelated updates
     # (noise, junk) weigh ~0, so they cannot blur the honest consensus whose removal decorrelates
