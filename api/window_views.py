@@ -77,7 +77,13 @@ def rating_out(r: RatingRecord) -> RatingOut:
         mean_margin=float(r.state.get("margin_sum", 0.0)) / n if n else 0.0,
         links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
         retention=None if r.state.get("retention") is None else float(r.state["retention"]),
+        drift=float(r.state.get("drift", 0.0)),
+        drift_similarity=_optional(r.state.get("drift_similarity")),
     )  # fmt: skip
+
+
+def _optional(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def evaluation_out(e: EvaluationRecord) -> EvaluationOut:

@@ -122,6 +122,8 @@ class PeerRating:
     # windows (proof.py): what the selection reads, evidence across windows rather than one window's
     retention: float | None = None
     retention_windows: int = 0
+    drift: float = 0.0  # evidence it keeps a direction of its own across windows (scoring/persistence.py)
+    drift_similarity: float | None = None  # this window's long-lag similarity; None: not measured
 
     @property
     def ordinal(self) -> float:

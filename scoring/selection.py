@@ -4,7 +4,8 @@
 a peer is aggregated when it has *proven* its training (proof.proven), its held-out gain this
 window reaches `gain_floor` × the median gain of the window's admissible peers (the honest
 consensus), its norm is not inflated far above the window's honest band (`max_inflation`), and it
-has kept its gain at a larger step about as well as the typical update (`min_retention`).
+has kept its gain at a larger step about as well as the typical update (`min_retention`), and its
+updates do not keep a direction of their own across windows (`drifting`, scoring/persistence.py).
 Everybody who passes is aggregated, up to `gather_peers`, best final score first: a rating at 0
 among equals no longer throws proven honest work away, and a peer whose contribution is a small
 fraction of the consensus (a perturbed copy, half of a split update, a stale update) no longer
@@ -86,6 +87,7 @@ class Candidate:
     mass: float = 1.0  # the clipped update's norm ÷ the clip reference's, in (0, 1]
     inflation: float = 0.0  # the raw update's median per-parameter norm ÷ the reference's (clipping.py)
     retention: float | None = None  # its average relative retention (scoring/ranking.py); None: unmeasured
+    drifting: bool = False  # keeps a direction of its own across windows (scoring/persistence.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,4 +181,5 @@ def _band(inflations: Sequence[float]) -> float:
 
 def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:
     evidence = c.gain is not None and c.gain > 0.0 and (not cfg.require_indicator or c.indicator == 1)
-    return evidence and c.proven and not c.banned and c.neg_streak < cfg.max_negative_streak
+    trusted = c.proven and not c.banned and not c.drifting
+    return evidence and trusted and c.neg_streak < cfg.max_negative_streak

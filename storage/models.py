@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -234,3 +235,13 @@ class Checkpoint(Base):
     digest: Mapped[str] = mapped_column(DIGEST)
     size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime]
+
+
+class ResidualSketch(Base):
+    """A compared peer's residual sketch in a window (scoring/persistence.py), float16 bytes."""
+
+    __tablename__ = "residual_sketches"
+    window: Mapped[int] = _window_fk()
+    hotkey: Mapped[str] = _peer_fk()
+    seed: Mapped[int] = mapped_column(BigInteger)  # the hash seed, as a signed 64-bit value
+    data: Mapped[bytes] = mapped_column(LargeBinary)

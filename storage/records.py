@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
 
+from storage.sketch_rows import SketchRecord
+
 # The values of scoring.ranking.Status that are recorded (storage does not import scoring;
 # tests/test_storage_vocabulary.py checks that the two agree).
 SUBMISSION_STATUSES: Final = frozenset({"ok", "missing", "early", "late", "invalid"})
@@ -214,12 +216,13 @@ class WindowRecord:
     penalties: Sequence[PenaltyRecord] = ()
     copy_pairs: Sequence[CopyPairRecord] = ()
     selections: Sequence[SelectionRecord] = ()
+    sketches: Sequence[SketchRecord] = ()  # each compared peer's residual (scoring/persistence.py)
 
     def __post_init__(self) -> None:
         _check_window(self.window)
         for name in ("aggregate_digests", "aggregate_weights", "submissions", "evaluations", "ratings"):
             _freeze(self, name)
-        for name in ("penalties", "copy_pairs", "selections"):
+        for name in ("penalties", "copy_pairs", "selections", "sketches"):
             _freeze(self, name)
         for name in ("submissions", "evaluations", "ratings", "selections"):
             hotkeys = [r.hotkey for r in getattr(self, name)]

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from storage import models as m
 from storage.dialect import table_of, upsert
 from storage.records import COMMITTED, OPEN, WeightSetRecord, WindowRecord
+from storage.sketch_rows import sketch_rows
 
 
 class CommitOutcome(enum.Enum):
@@ -147,6 +148,7 @@ def _child_rows(record: WindowRecord) -> list[tuple[Table, list[dict[str, Any]]]
         (table_of(m.Penalty), [_row(p, w) for p in record.penalties]),
         (table_of(m.CopyPair), [_row(c, w) for c in record.copy_pairs]),
         (table_of(m.Selection), [_row(s, w) for s in record.selections]),
+        (table_of(m.ResidualSketch), sketch_rows(record.sketches, w)),
     ]
 
 

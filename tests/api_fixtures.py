@@ -97,6 +97,8 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "margin_sum": 0.4,
                 "links": {hotkey(1): 0.12},
                 "retention": 0.97,
+                "drift": 0.006,
+                "drift_similarity": 0.004,
             }
             if i == 0
             else {},

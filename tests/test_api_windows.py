@@ -66,7 +66,10 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
     assert (first["evaluations"], first["positives"], first["mean_margin"]) == (4, 3, 0.1)
     assert first["links"] == {hotkey(1): 0.12}
     assert first["retention"] == 0.97  # what the retention rule read (scoring/selection.py)
-    assert next(r for r in body["ratings"] if r["uid"] == 1)["retention"] is None  # never measured
+    assert (first["drift"], first["drift_similarity"]) == (0.006, 0.004)  # the persistence check's inputs
+    second = next(r for r in body["ratings"] if r["uid"] == 1)
+    assert second["retention"] is None and second["drift_similarity"] is None  # never measured
+    assert second["drift"] == 0.0
 
 
 def test_selection_pins_what_peers_aggregate(client: httpx.Client) -> None:

@@ -128,6 +128,16 @@ def test_replay_re_derives_recycled_work_from_the_archive(scenario: ScenarioRun)
     assert (row.stored["status"], row.stored["reason"]) == ("invalid", Reason.RECYCLED)
     assert row.differences(0.0) == []
     assert [r.hotkey for r in rows if r.differences(0.0)] == []
+    # the persistence check compared this window's residuals with the sketches stored 3+ windows
+    # before (scoring/persistence.py): replay read the same sketches back and re-derived the evidence
+    record = runner.round.ledger.window_detail(window)
+    assert record is not None
+    measured = [r.hotkey for r in record.ratings if r.state.get("drift_similarity") is not None]
+    valid = {r.hotkey for r in rows if r.stored["status"] == "ok"}
+    assert len(measured) >= 3 and set(measured) <= valid
+    first = next(r for r in rows if r.hotkey == measured[0])
+    moved = replace(first, stored={**first.stored, "drift": first.stored["drift"] + 0.01})
+    assert moved.differences(0.0) == ["drift"]
 
 
 def test_workdir_has_everything_replay_needs(scenario: ScenarioRun) -> None:

@@ -16,6 +16,7 @@ from scoring.data import MANIFEST_NAME, Dataset
 from scoring.eval_plan import EvalConfig
 from scoring.loss_score import LossScoreConfig
 from scoring.model import LlamaModel, ModelConfig, build_model, param_spec, select_device
+from scoring.persistence import PersistenceConfig
 from scoring.ranking import RatingConfig
 from scoring.selection import SelectionConfig
 from scoring.signing import Signer, dev_keypair
@@ -90,6 +91,9 @@ def round_config(s: Settings) -> RoundConfig:
                 reserve_peers=s.reserve_peers,
                 max_inflation=s.max_inflation,
                 min_retention=s.min_retention,
+            ),
+            persistence=PersistenceConfig(
+                enabled=s.persistence_sketches, bits=s.persistence_bits, gate=s.persistence_gate
             ),
         ),
         window=WindowConfig(s.blocks_per_window),

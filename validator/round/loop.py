@@ -23,12 +23,14 @@ from scoring.data import Dataset
 from scoring.lazy_update import judge_submission
 from scoring.loss_score import evaluate_peers
 from scoring.model import param_spec
+from scoring.persistence import sketch_seed
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
 from storage.records import WORKER_TIMINGS, WindowRecord
 from validator.chain.protocol import BLOCK_SECONDS, Chain
 from validator.round.checking import Decoder, EagerDecoder, Judge, file_judge
 from validator.round.config import RoundConfig
+from validator.round.drift import sketch_loader
 from validator.round.evaluation import Evaluator
 from validator.round.fetching import PutWindow, fetch_window, read_targets
 from validator.round.outcomes import PeerWindow
@@ -107,7 +109,7 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         raise ValueError(f"the model is at window {gm.window}, not {window}")
     stages, started = Stages(window, rnd.metrics, rnd.hook, salvage=salvage), time.perf_counter()
     seed = WindowSeed.derive(rnd.cfg.secret, window)  # secret per window: pages, samples, sketches
-    ctx = WindowContext(window, gm.base, param_spec(gm.model), seed, rnd.cfg)
+    ctx = WindowContext(window, gm.base, param_spec(gm.model), seed, rnd.cfg, sketch_seed(rnd.cfg.secret))
     judge = file_judge(
         window=window,
         base=gm.base,
@@ -131,6 +133,7 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         budget=lambda: _budget(rnd.cfg, per_peer, started),
         remote=remote,
         earlier=earlier_loader(rnd.ledger, window, ctx.spec, rnd.cfg.check),
+        sketches=sketch_loader(rnd.ledger, window, ctx.sketch_seed, rnd.cfg.ranking.persistence),
     )
     scored = score_window(ctx, peers, inputs, stages)
     updates = {p.hotkey: p.update for p in scored.peers if p.update is not None}
@@ -145,7 +148,7 @@ def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = F
         coefficients = scored.selection.weights
         gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr, coefficients)
         rnd.ledger.maybe_checkpoint(gm)
-        rnd.ledger.prune(window)
+        rnd.ledger.prune(window, sketch_windows=rnd.cfg.ranking.persistence.horizon)
     with stages("publish"):
         bases, outer_lr = (ctx.base, gm.base), rnd.cfg.outer_lr
         doc = selection_document(window, bases, scored.peers, scored.selection, scored.reference, outer_lr)

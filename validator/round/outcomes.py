@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from scoring.loss_score import PeerEval
+from scoring.persistence import F16
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
 from scoring.types import SparseUpdate
@@ -68,3 +70,5 @@ class Scored:
     heldout_loss: float  # the base model's loss on the held-out pages (NaN when not evaluated)
     eval_seconds: tuple[float, ...] = ()  # one per evaluated peer: sizes the next window's budget
     workers: tuple[WorkerStats, ...] = ()  # who evaluated: recorded with the timings, never replayed
+    residuals: Mapping[str, F16] = field(default_factory=dict)  # recorded for later windows (persistence)
+    sketch_seed: int = 0  # the hash seed they were sketched with

@@ -1,8 +1,9 @@
 """One window scored from its inputs: the live round and replay both run exactly this.
 
-decode → replays → empty updates and outliers → copies → recycled work → clip reference → held-out →
-evaluate → rate → select. The live round decodes while it downloads, so its peers arrive judged and the
-decode step finds nothing left to do; replay hands in the archived bytes and decodes them here.
+decode → replays → empty updates and outliers → copies → recycled work → clip reference → residual
+sketches (validator/round/drift.py) → held-out → evaluate → rate → select. The live round decodes
+while it downloads, so its peers arrive judged and the decode step finds nothing left to do; replay
+hands in the archived bytes and decodes them here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck
 from validator.round.checking import Judge, check_window, clip_reference, proven_peers
 from validator.round.config import RoundConfig
+from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
     NOT_EVALUATED,
     EvalSetup,
@@ -52,6 +54,7 @@ class WindowContext:
     spec: ParamSpec  # that model's parameter shapes
     seed: WindowSeed
     cfg: RoundConfig
+    sketch_seed: int = 0  # the residual sketches' hash seed, one for every window (scoring/persistence.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,7 @@ class WindowInputs:
     only: Collection[str] | None = None  # evaluate exactly these (replay: the recorded peers)
     remote: RemoteEvaluation | None = None  # evaluate on workers instead of `evaluator`
     earlier: EarlierRows = no_earlier  # earlier windows' aggregated updates (the recycled-work check)
+    sketches: SketchLoader = no_sketches  # the peers' residuals of earlier windows (validator/round/drift.py)
 
 
 def score_window(
@@ -78,6 +82,7 @@ def score_window(
         checked, copies, reference = stages.salvage(
             "check", lambda: _check(ctx, peers, inputs), lambda: _unjudged(peers)
         )
+        drift = stages.salvage("drift", lambda: _drift(ctx, checked, inputs), Drift)
     with stages("evaluate"):
         held, evaluated, workers = stages.salvage(
             "evaluate",
@@ -89,11 +94,12 @@ def score_window(
     with stages("rate"):
         ratings, selection = stages.salvage(
             "rate",
-            lambda: _rate(ctx, evaluated, copies, reference, inputs.ratings),
+            lambda: _rate(ctx, evaluated, copies, reference, inputs.ratings, drift),
             lambda: (RatingState(inputs.ratings.peers, ctx.window), NOTHING_SELECTED),
         )
     loss = held.loss_before
-    return Scored(evaluated, copies.findings, reference, ratings, selection, loss, seconds, tuple(workers))
+    scored = Scored(evaluated, copies.findings, reference, ratings, selection, loss, seconds, tuple(workers))
+    return replace(scored, residuals=drift.residuals, sketch_seed=ctx.sketch_seed)
 
 
 def _check(
@@ -107,6 +113,12 @@ def _check(
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
     trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
     return checked, copies, clip_reference(checked, cfg.check, trusted)
+
+
+def _drift(ctx: WindowContext, peers: list[PeerWindow], inputs: WindowInputs) -> Drift:
+    cfg = ctx.cfg.ranking.persistence
+    outside = alarmed_peers(inputs.ratings, cfg)
+    return measure_drift(peers, cfg, ctx.sketch_seed, inputs.sketches, outside)
 
 
 def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
@@ -138,9 +150,11 @@ def _rate(
     copies: CopyCheck,
     reference: dict[str, float],
     before: RatingState,
+    drift: Drift,
 ) -> tuple[RatingState, Selection[str]]:
     ranking = ctx.cfg.ranking
     ratings = rate_window(before, peers, ctx.window, ranking, copies, reference)
+    ratings = with_drift(ratings, drift, ranking.persistence)
     selection = select_window(
         ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking), reference
     )

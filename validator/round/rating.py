@@ -11,6 +11,7 @@ from statistics import median
 from scoring.clipping import clipped_mass, inflation
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
+from scoring.persistence import PersistenceConfig, drifting
 from scoring.proof import proven
 from scoring.ranking import (
     PeerOutcome,
@@ -34,6 +35,7 @@ class RankingConfig:
     rating: RatingConfig = RatingConfig()
     selection: SelectionConfig = SelectionConfig()
     links: LinkConfig = LinkConfig()
+    persistence: PersistenceConfig = PersistenceConfig()
 
 
 def _status(p: PeerWindow) -> Status:
@@ -173,6 +175,7 @@ def select_window(
                 mass=1.0 if norms is None or reference is None else clipped_mass(norms, reference),
                 inflation=0.0 if norms is None or reference is None else inflation(norms, reference),
                 retention=rating.retention,
+                drifting=drifting(rating.drift, cfg.persistence),
             )
         )
     return select_aggregation(candidates, cfg.selection, kin.twins)

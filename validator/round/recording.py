@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from scoring.clipping import inflation
 from scoring.loss_score import PeerEval
 from scoring.penalties import miss_multiplier
+from scoring.persistence import encode
 from scoring.ranking import PeerRating, RatingConfig, RatingState, Status
 from scoring.selection import Selection
 from scoring.uniqueness import CopyFinding, CopyTier
@@ -22,6 +23,7 @@ from storage.records import (
     SubmissionRecord,
     WindowRecord,
 )
+from storage.sketch_rows import SketchRecord
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow, Scored
 from validator.stores.objstore import object_key
@@ -162,4 +164,7 @@ def window_record(
         aggregate_digests=list(aggregate_digests),
         clip_reference=dict(scored.reference),
         aggregate_weights=list(scored.selection.weights),
+        sketches=[
+            SketchRecord(h, scored.sketch_seed, encode(r)) for h, r in sorted(scored.residuals.items())
+        ],
     )

@@ -20,6 +20,7 @@ from scoring.selection import Selection
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
 from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
+from validator.round.drift import sketch_loader
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.recording import evaluation_record, rating_record, submission_record
@@ -32,11 +33,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss", "retention",
+    "inflation", "step_loss", "retention", "drift",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention")
+LATER = ("inflation", "step_loss", "retention", "drift")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,9 @@ def _row(
         # the held-out loss at the probe step, and the retention average the selection reads
         "step_loss": evaluation.loss_rand_step if evaluation else None,
         "retention": rating.state.get("retention") if rating else None,
+        "drift": rating.state.get("drift")
+        if rating
+        else None,  # persistence evidence (scoring/persistence.py)
     }
 
 
@@ -161,7 +165,8 @@ def replay_window(
         raise ValueError(
             f"rebuilt base {gm.base[:16]} differs from the stored {record.base_fingerprint[:16]}"
         )
-    ctx = WindowContext(window, gm.base, param_spec(model), WindowSeed(record.heldout_seed), cfg)
+    seed = ledger.sketch_seed(window) or 0  # none stored: the window sketched nobody
+    ctx = WindowContext(window, gm.base, param_spec(model), WindowSeed(record.heldout_seed), cfg, seed)
     peers = [_peer(s, ledger) for s in record.submissions]
     judge = file_judge(window=window, base=gm.base, spec=ctx.spec, cfg=cfg.check, archive=lambda data: "")
     inputs = WindowInputs(
@@ -174,6 +179,7 @@ def replay_window(
         budget=lambda: len(peers),
         only={e.hotkey for e in record.evaluations},
         earlier=earlier_loader(ledger, window, ctx.spec, cfg.check),
+        sketches=sketch_loader(ledger, window, seed, cfg.ranking.persistence),
     )
     scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
     stored = _stored_rows(record)

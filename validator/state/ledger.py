@@ -7,7 +7,7 @@ window, so a restarted process continues exactly where the database says it stop
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -22,6 +22,7 @@ from storage.archive import BlobStore, SubmissionArchive
 from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.records import RatingRecord, WeightSetRecord, WindowRecord
+from storage.sketch_rows import SketchRecord, earlier_sketches, prune_sketches, window_sketch_seed
 from storage.writer import CommitOutcome, commit_window, record_weight_set
 from validator.state.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
 
@@ -107,11 +108,26 @@ class Ledger:
         latest = self._tx(lambda s: queries.weight_sets(session=s, limit=1))
         return bool(latest) and latest[0].outcome == "failed"
 
-    def prune(self, window: int) -> int:
-        """Delete archived submissions older than the retention (a no-op when it keeps everything)."""
-        if self.archive.config.retention_windows is None:
+    def prune(self, window: int, sketch_windows: int = 0) -> int:
+        """Delete archived submissions older than the retention (a no-op when it keeps everything),
+        and residual sketches older than it too, keeping at least the `sketch_windows` windows the
+        persistence check reads back."""
+        keep = self.archive.config.retention_windows
+        if keep is None:
             return 0  # the default: no database round trip every window for nothing
+        cutoff = window - max(keep, sketch_windows)
+        self._tx(lambda s: prune_sketches(s, cutoff))
         return self._tx(lambda s: self.archive.prune(session=s, current_window=window))
+
+    def sketches(
+        self, hotkeys: Collection[str], first: int, last: int
+    ) -> dict[str, list[tuple[int, SketchRecord]]]:
+        """Each of `hotkeys`' stored residual sketches of windows `first` … `last`, oldest first."""
+        return self._tx(lambda s: earlier_sketches(s, hotkeys, first, last))
+
+    def sketch_seed(self, window: int) -> int | None:
+        """The hash seed of `window`'s stored sketches (replay takes them with the same)."""
+        return self._tx(lambda s: window_sketch_seed(s, window))
 
     def maybe_checkpoint(self, gm: GlobalModel) -> None:
         if gm.window % self.checkpoint_every == 0:
