@@ -106,16 +106,9 @@ class RatingOut(Schema):
         "median of the window's full-size updates (the mean of its first four windows, then a moving "
         "average; not aggregated under min_retention, 0.93 by default); none: never measured",
     )
-    drift: float = Field(
-        0.0,
-        description="evidence that the peer's updates keep a direction of their own across windows: a "
-        "CUSUM of drift_similarity (at or above the alarm, 0.008 by default, not aggregated when the "
-        "operator turned persistence_gate on; off by default)",
-    )
+    drift: float = Field(0.0, description="CUSUM of drift_similarity (persistence_gate: out at 0.008)")
     drift_similarity: float | None = Field(
-        None,
-        description="this window's mean cosine of the update's residual beyond the consensus with its own "
-        "residuals 3 to 12 windows before (honest peers ≈ 0 or below); none: not measured this window",
+        None, description="this window's mean cosine of its residual with its own 3-12 windows before"
     )
 
 

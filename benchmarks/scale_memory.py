@@ -4,8 +4,9 @@ Each measurement runs a window's memory-relevant stages in a fresh child process
 submissions of a >= 100M-parameter LLaMA-shaped model: every file streamed from a "store" folder to
 the window's folder on disk in 8 MiB pieces (never whole in memory), judged (all checks, signature
 included), the clip reference from the recorded norms, the copy checks (sketch sample and exact
-pairs), LossScore's apply/restore of every peer on the model, and the aggregate of every peer into
-it. The child reports its peak RSS (`ru_maxrss`) and a digest of the model afterwards.
+pairs), the persistence check's residual sketches (held as the bytes the record stores),
+LossScore's apply/restore of every peer on the model, and the aggregate of every peer into it. The
+child reports its peak RSS (`ru_maxrss`) and a digest of the model afterwards.
 
 `rss_per_peer_vs_wire` = (peak(high) − peak(low)) / (high − low) / mean wire size: the target is
 ≤ 0.05. The eager path (every decoded update held, as before issue 14) is measured the same way for
@@ -37,6 +38,7 @@ from scoring.encoder import CompressedParam, encode_submission
 from scoring.lazy_update import judge_file
 from scoring.loss_score import apply_sparse, restore
 from scoring.model import ModelConfig, build_model, param_spec
+from scoring.persistence import PersistenceConfig, encode, residuals, update_sketch
 from scoring.signing import dev_keypair
 from scoring.types import ParamSpec, SparseUpdate
 from scoring.uniqueness import PeerPayload, UniquenessConfig, find_copies
@@ -108,6 +110,13 @@ def run_window(files: list[Path], spool: Path, model_cfg: ModelConfig, stored: b
     reference = median_norms([u.norms() for u in updates], floor=1e-12)
     payloads = [PeerPayload(f"p{i:03d}", u.digest, float(i), u.params, 1.0) for i, u in enumerate(updates)]
     findings = find_copies(payloads, UniquenessConfig(), seed=7)
+    # the persistence check (validator/round/drift.py): a float16 sketch per peer, its residual
+    # written over it, then kept as the bytes the window's record stores
+    units = {p.hotkey: update_sketch(p.update, PersistenceConfig().bits, 11) for p in payloads}
+    current, sketches = residuals(units), {}
+    for k in sorted(current):  # each row freed as it is encoded (residuals wrote over `units`' arrays)
+        sketches[k] = encode(current.pop(k))
+        del units[k]
     for u in updates:  # LossScore's apply/restore (the forward passes in between hold no update)
         restore(apply_sparse(model, u.params, clip_factors(u.params, reference), 0.08))
     aggregate_into(dict(model.named_parameters()), [u.params for u in updates], reference, 0.4)
@@ -115,7 +124,12 @@ def run_window(files: list[Path], spool: Path, model_cfg: ModelConfig, stored: b
     for _, p in model.named_parameters():
         digest.update(p.detach().numpy().tobytes())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return {"peak_rss": peak, "model": digest.hexdigest(), "findings": len(findings)}
+    return {
+        "peak_rss": peak,
+        "model": digest.hexdigest(),
+        "findings": len(findings),
+        "sketches": len(sketches),
+    }
 
 
 def _child(files: list[Path], quick: bool, stored: bool) -> dict[str, Any]:

@@ -20,16 +20,20 @@ stored residuals `lag` to `horizon` windows before, and a CUSUM keeps its eviden
 
     evidence ← min(cap, max(0, evidence + min(similarity − reference, step_cap))),
 
-stored on its rating (`PeerRating.drift`, so replay re-derives it). A peer whose evidence reached
-`alarm` is *drifting*: it is not aggregated (scoring/selection.py), and it is not penalised
-otherwise, as nothing says which windows carried the direction. The evidence decays by the
-honest side of the reference once the direction stops.
+stored on its rating (`PeerRating.drift`, so replay re-derives it). With `gate` on, a peer whose
+evidence reached `alarm` is *drifting*: it is not aggregated (scoring/selection.py), and it is not
+penalised otherwise, as nothing says which windows carried the direction. The gate is off by
+default: on the demo's 8 windows the separation came from the first windows' transient (compared
+with residuals from the third window on, `poison_strong` measured −0.0055 … −0.0097, honest peers
+at most −0.0015), and a full honest peer among weaker ones reached the alarm (+0.0251, +0.0112):
+what its extra training adds persists too (README, *Scoring fidelity*, ninth round).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -40,7 +44,6 @@ from pydantic import SecretBytes
 from scoring.similarity import count_sketch
 from scoring.types import SparseParam
 
-F64 = npt.NDArray[np.float64]
 F16 = npt.NDArray[np.float16]
 
 
@@ -50,7 +53,9 @@ class PersistenceConfig:
     # leave a peer at the alarm out of the aggregate: off, as measured on the demo it framed a full
     # honest peer among weaker ones and separated `poison_strong` only through its first windows (README)
     gate: bool = False
-    bits: int = 16  # 2^16 buckets: 128 KiB per peer and window stored (float16)
+    # 2^14 buckets: 32 KiB per peer and window, stored and held while the window is scored (float16),
+    # 0.017 of a 100M-parameter update's wire size; the gate-on measurement used 2^16 (README)
+    bits: int = 14
     lag: int = 3  # residuals closer than this are anti-correlated by error feedback
     horizon: int = 12  # the oldest residual compared, in windows back
     reference: float = 0.002
@@ -73,8 +78,9 @@ def sketch_seed(secret: bytes | SecretBytes) -> int:
     return int(hmac.new(key, b"gauntlet/residual-sketch", hashlib.sha256).hexdigest()[:16], 16)
 
 
-def update_sketch(update: Mapping[str, SparseParam], bits: int, seed: int) -> F64:
-    """(2^bits,) count sketch of every kept value at its flat coordinate (parameters in name order).
+def update_sketch(update: Mapping[str, SparseParam], bits: int, seed: int) -> F16:
+    """(2^bits,) count sketch of every kept value at its flat coordinate (parameters in name order),
+    as a unit vector in float16: 2^(bits+1) bytes is all a peer holds until its residual is taken.
     One parameter at a time: a spooled update decodes each on access, and the sum's order is fixed."""
     out = np.zeros(1 << bits, np.float64)
     offset = 0
@@ -86,43 +92,60 @@ def update_sketch(update: Mapping[str, SparseParam], bits: int, seed: int) -> F6
         out += count_sketch(keys, values, bits, np.random.default_rng(seed)).numpy()[0]
         offset += param.numel
         del param, keys, values
-    return out
+    out /= max(_norm(out), 1e-30)
+    return out.astype(np.float16)
 
 
-def residuals(sketches: Mapping[str, F64], outside: Collection[str] = ()) -> dict[str, F16]:
+def residuals(units: Mapping[str, F16], outside: Collection[str] = ()) -> dict[str, F16]:
     """Each peer's unit residual beyond the mean of the others' unit sketches (module docstring);
     none for fewer than three peers in the consensus (a consensus of one is just another peer).
-    Peers `outside` (already drifting) get a residual but stay out of every consensus: their
-    direction in it would tilt every honest residual alike, window after window."""
-    keys = sorted(sketches)
-    inside = np.array([k not in outside for k in keys], dtype=np.bool_)
-    if int(inside.sum()) < 3:
+    Peers `outside` (at the alarm already) get a residual but stay out of every consensus: their
+    direction in it would tilt every honest residual alike, window after window.
+
+    Written over the given arrays, one peer at a time (the consensus sum is taken first, in key
+    order): the window holds one float16 sketch per peer and a few float64 vectors, nothing more."""
+    keys = sorted(units)
+    inside = [k for k in keys if k not in outside]
+    if len(inside) < 3:
         return {}
-    unit = np.stack([sketches[k] for k in keys])
-    unit /= np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-30)
-    total = unit[inside].sum(0)
+    total = np.zeros(units[keys[0]].shape, np.float64)
+    for k in inside:
+        total += units[k]
     out: dict[str, F16] = {}
-    for row, key in enumerate(keys):
-        own = inside[row]
-        consensus = (total - unit[row]) / (int(inside.sum()) - 1) if own else total / int(inside.sum())
-        scale = float(unit[row] @ consensus) / max(float(consensus @ consensus), 1e-30)
-        r = unit[row] - scale * consensus
-        out[key] = (r / max(float(np.linalg.norm(r)), 1e-30)).astype(np.float16)
+    for key in keys:
+        own = units[key].astype(np.float64)
+        consensus = (total - own) / (len(inside) - 1) if key not in outside else total / len(inside)
+        scale = _dot(own, consensus) / max(_dot(consensus, consensus), 1e-30)
+        own -= scale * consensus
+        own /= max(_norm(own), 1e-30)
+        units[key][...] = own  # in place: rounded to float16 as it is stored
+        out[key] = units[key]
     return out
 
 
 def long_lag_similarity(current: F16, earlier: Sequence[F16]) -> float | None:
-    """The mean cosine of this window's residual with the earlier ones (None without any), rounded:
-    the last bits of a float64 reduction depend on the thread count, a decision input must not."""
+    """The mean cosine of this window's residual with the earlier ones (None without any), rounded
+    as the copy check's similarities are."""
     if not earlier:
         return None
     a = current.astype(np.float64)
     cosines = []
     for e in earlier:
         b = e.astype(np.float64)
-        denominator = float(np.linalg.norm(a) * np.linalg.norm(b))
-        cosines.append(float(a @ b) / denominator if denominator > 0.0 else 0.0)
+        denominator = _norm(a) * _norm(b)
+        cosines.append(_dot(a, b) / denominator if denominator > 0.0 else 0.0)
     return round(sum(cosines) / len(cosines), 9)
+
+
+def _dot(a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]) -> float:
+    """numpy's own pairwise sum, never BLAS: a BLAS dot's last bits depend on its thread count, and
+    a stored sketch or a decision input must not (a restarted process, replay and the live round
+    agree bit for bit)."""
+    return float(np.sum(a * b))
+
+
+def _norm(a: npt.NDArray[np.float64]) -> float:
+    return math.sqrt(_dot(a, a))
 
 
 def next_evidence(evidence: float, similarity: float | None, cfg: PersistenceConfig) -> float:

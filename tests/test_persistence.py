@@ -65,7 +65,9 @@ def simulate(windows: int, weight: float, seed: int = 0) -> list[RatingState]:
             return {h: stored.get(h, [])[max(w - CFG.horizon, 0) : max(w - CFG.lag + 1, 0)] for h in hotkeys}
 
         drift = measure_drift(peers, CFG, 11, earlier, alarmed_peers(state, CFG))
-        for h, r in drift.residuals.items():
+        for h, data in drift.residuals.items():
+            r = decode(data, CFG.bits)
+            assert r is not None
             stored.setdefault(h, []).append(r)
         state = with_drift(state, drift, CFG)
         out.append(state)
@@ -79,8 +81,8 @@ def test_a_peer_keeping_a_direction_of_its_own_drifts_and_honest_peers_never_do(
     assert drifted and drifted[0] <= CFG.lag + 2
     for s in states:
         assert not any(drifting(s.peers[h].drift, CFG) for h in "abcde")
-        assert all(s.peers[h].drift_similarity is None or s.peers[h].drift_similarity < 0.03 for h in "abcde")
-    assert states[-1].peers["poison"].drift_similarity > 0.05  # ≈ w² / (1 + w²) = 0.083
+        assert all((s.peers[h].drift_similarity or 0.0) < 0.03 for h in "abcde")
+    assert (states[-1].peers["poison"].drift_similarity or 0.0) > 0.05  # ≈ w² / (1 + w²) = 0.083
 
 
 def test_without_a_hidden_direction_nobody_drifts_over_many_windows() -> None:
@@ -101,9 +103,21 @@ def test_the_sketch_is_reproducible_and_keyed_by_the_secret() -> None:
 
 def test_residuals_need_a_consensus_and_round_trip_through_storage_bytes() -> None:
     rng = np.random.default_rng(1)
-    assert residuals({"a": rng.standard_normal(256), "b": rng.standard_normal(256)}) == {}
-    out = residuals({k: rng.standard_normal(256) for k in "abc"})
+
+    def unit() -> F16:
+        v = rng.standard_normal(256)
+        return (v / np.linalg.norm(v)).astype(np.float16)
+
+    assert residuals({"a": unit(), "b": unit()}) == {}
+    assert residuals({"a": unit(), "b": unit(), "c": unit()}, outside={"c"}) == {}  # two in the consensus
+    units = {k: unit() for k in "abc"}
+    before = {k: v.astype(np.float64) for k, v in units.items()}
+    out = residuals(units)
     assert sorted(out) == ["a", "b", "c"]
+    for k, r in out.items():  # unit vectors with nothing left along the others' mean
+        others = sum(v for j, v in before.items() if j != k)
+        assert float(np.linalg.norm(r.astype(np.float64))) == pytest.approx(1.0, abs=1e-3)
+        assert abs(float(r.astype(np.float64) @ others)) < 1e-2
     back = decode(encode(out["a"]), 8)
     assert back is not None and back.tobytes() == out["a"].tobytes()
     assert decode(encode(out["a"]), 9) is None  # stored under other bits: not compared
@@ -130,3 +144,47 @@ def test_the_selection_leaves_a_drifting_peer_out() -> None:
 
     chosen = select_aggregation([peer("a", False), peer("b", False), peer("c", True)])
     assert chosen.gather == ("a", "b")
+
+
+def test_the_loader_reads_the_lag_to_horizon_windows_and_skips_other_hashes_and_sizes() -> None:
+    from storage.sketch_rows import SketchRecord
+    from validator.round.drift import sketch_loader
+
+    cfg = PersistenceConfig(bits=8)
+    good = encode(np.ones(256, np.float16))
+    asked: list[tuple[int, int]] = []
+
+    class Ledger:
+        def sketches(
+            self, hotkeys: Collection[str], first: int, last: int
+        ) -> dict[str, list[tuple[int, SketchRecord]]]:
+            asked.append((first, last))
+            rows = [
+                (5, SketchRecord("a", 7, good)),
+                (6, SketchRecord("a", 8, good)),
+                (7, SketchRecord("a", 7, b"x")),
+            ]
+            return {"a": rows}
+
+    load = sketch_loader(Ledger(), 20, 7, cfg)  # type: ignore[arg-type]
+    out = load(["a"])
+    assert asked == [(20 - cfg.horizon, 20 - cfg.lag)]
+    assert len(out["a"]) == 1  # another secret's hash (8) and a sketch of another size are skipped
+    assert sketch_loader(Ledger(), 1, 7, cfg)(["a"]) == {}  # nothing is `lag` windows old yet
+
+
+def test_earlier_sketches_are_read_a_few_peers_at_a_time() -> None:
+    from validator.round.drift import LOAD_PEERS
+
+    rng = np.random.default_rng(4)
+    peers = [Peer(f"p{i:02d}", rng.standard_normal(N)).window for i in range(2 * LOAD_PEERS + 3)]
+    calls: list[int] = []
+
+    def earlier(hotkeys: Collection[str]) -> Mapping[str, Sequence[F16]]:
+        calls.append(len(hotkeys))
+        return {}
+
+    drift = measure_drift(peers, CFG, 11, earlier)
+    assert calls == [LOAD_PEERS, LOAD_PEERS, 3]  # the window never holds every peer's history at once
+    assert len(drift.residuals) == len(peers) and drift.similarity == {}
+    assert all(len(data) == 2 << CFG.bits for data in drift.residuals.values())

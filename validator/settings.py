@@ -103,9 +103,9 @@ class Settings(BaseSettings):
     max_inflation: float = Field(default=1.25, ge=1)  # not aggregated above this × the clip reference
     min_retention: float = Field(default=0.93, ge=0, lt=1)  # nor under this × the median retention
     # the persistence check (scoring/persistence.py): sketches stored per peer and window (2^bits
-    # float16 values: 128 KiB at 16), the figures on the API, and with the gate on not aggregated
+    # float16 values: 32 KiB at 14), the figures on the API, and with the gate on not aggregated
     persistence_sketches: bool = True
-    persistence_bits: int = Field(default=16, ge=8, le=24)
+    persistence_bits: int = Field(default=14, ge=8, le=24)
     persistence_gate: bool = False
     bma_warmup: int = Field(default=10, ge=0)
     bma_threshold: float = Field(default=0.10, ge=0)

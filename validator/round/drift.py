@@ -17,6 +17,7 @@ from scoring.persistence import (
     F16,
     PersistenceConfig,
     decode,
+    encode,
     long_lag_similarity,
     next_evidence,
     over_alarm,
@@ -30,6 +31,9 @@ from validator.state.ledger import Ledger
 log = structlog.get_logger(__name__)
 
 SketchLoader = Callable[[Collection[str]], Mapping[str, Sequence[F16]]]
+# peers whose earlier sketches are read back at a time: up to `horizon − lag + 1` sketches each, so the
+# window holds a few MiB of them whatever the number of peers
+LOAD_PEERS = 16
 
 
 def no_sketches(hotkeys: Collection[str]) -> Mapping[str, Sequence[F16]]:
@@ -38,9 +42,10 @@ def no_sketches(hotkeys: Collection[str]) -> Mapping[str, Sequence[F16]]:
 
 @dataclass(frozen=True, slots=True)
 class Drift:
-    """This window's residuals (recorded) and each peer's long-lag similarity (rated)."""
+    """This window's residuals as stored (float16 bytes, recorded) and each peer's long-lag
+    similarity (rated)."""
 
-    residuals: Mapping[str, F16] = field(default_factory=dict)
+    residuals: Mapping[str, bytes] = field(default_factory=dict)
     similarity: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -80,12 +85,18 @@ def measure_drift(
         except Exception as e:  # a peer's own update: it just has no residual this window
             log.warning("residual_sketch_failed", hotkey=p.hotkey, error=repr(e))
     current = residuals(sketches, outside)
-    before = earlier(sorted(current)) if current else {}
-    similarity = {}
-    for hotkey, r in current.items():
-        if (s := long_lag_similarity(r, before.get(hotkey, ()))) is not None:
-            similarity[hotkey] = s
-    return Drift(current, similarity)
+    similarity, stored = {}, {}
+    keys = sorted(current)
+    for first in range(0, len(keys), LOAD_PEERS):
+        chunk = keys[first : first + LOAD_PEERS]
+        before = earlier(chunk)
+        for hotkey in chunk:
+            if (s := long_lag_similarity(current[hotkey], before.get(hotkey, ()))) is not None:
+                similarity[hotkey] = s
+            stored[hotkey] = encode(current.pop(hotkey))  # each peer's sketch as bytes, not twice
+            del sketches[hotkey]
+        del before
+    return Drift(stored, similarity)
 
 
 def alarmed_peers(state: RatingState, cfg: PersistenceConfig) -> set[str]:

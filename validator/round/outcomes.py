@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from scoring.loss_score import PeerEval
-from scoring.persistence import F16
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
 from scoring.types import SparseUpdate
@@ -70,5 +69,5 @@ class Scored:
     heldout_loss: float  # the base model's loss on the held-out pages (NaN when not evaluated)
     eval_seconds: tuple[float, ...] = ()  # one per evaluated peer: sizes the next window's budget
     workers: tuple[WorkerStats, ...] = ()  # who evaluated: recorded with the timings, never replayed
-    residuals: Mapping[str, F16] = field(default_factory=dict)  # recorded for later windows (persistence)
+    residuals: Mapping[str, bytes] = field(default_factory=dict)  # float16 sketches for later windows
     sketch_seed: int = 0  # the hash seed they were sketched with

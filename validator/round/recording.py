@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from scoring.clipping import inflation
 from scoring.loss_score import PeerEval
 from scoring.penalties import miss_multiplier
-from scoring.persistence import encode
 from scoring.ranking import PeerRating, RatingConfig, RatingState, Status
 from scoring.selection import Selection
 from scoring.uniqueness import CopyFinding, CopyTier
@@ -164,7 +163,5 @@ def window_record(
         aggregate_digests=list(aggregate_digests),
         clip_reference=dict(scored.reference),
         aggregate_weights=list(scored.selection.weights),
-        sketches=[
-            SketchRecord(h, scored.sketch_seed, encode(r)) for h, r in sorted(scored.residuals.items())
-        ],
+        sketches=[SketchRecord(h, scored.sketch_seed, r) for h, r in sorted(scored.residuals.items())],
     )
