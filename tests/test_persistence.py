@@ -188,3 +188,22 @@ def test_earlier_sketches_are_read_a_few_peers_at_a_time() -> None:
     assert calls == [LOAD_PEERS, LOAD_PEERS, 3]  # the window never holds every peer's history at once
     assert len(drift.residuals) == len(peers) and drift.similarity == {}
     assert all(len(data) == 2 << CFG.bits for data in drift.residuals.values())
+
+
+def test_operators_set_the_check_and_its_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from validator.settings import Settings
+    from validator.wiring import round_config
+
+    for key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
+        monkeypatch.delenv(key)
+    default = round_config(Settings()).ranking.persistence
+    assert default.enabled and not default.gate and default.bits == 14  # measured and shown, not acted on
+    monkeypatch.setenv("GAUNTLET_PERSISTENCE_GATE", "true")
+    monkeypatch.setenv("GAUNTLET_PERSISTENCE_BITS", "16")
+    gated = round_config(Settings()).ranking.persistence
+    assert gated.gate and gated.bits == 16
+    monkeypatch.setenv("GAUNTLET_PERSISTENCE_BITS", "30")
+    with pytest.raises(ValueError):
+        Settings()
