@@ -14,7 +14,10 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
 - `coverage`: the share of honest peers aggregated per window after the warm-up;
 - `adversary_selections`: adversarial peers aggregated after the warm-up (window, peer pairs);
 - `framed`: honest peers ever invalidated or banned;
-- `spearman`: leaderboard position against true contribution, honest peers only.
+- `spearman`: leaderboard position against true contribution, honest peers only;
+- `drift_similarity_peak`, `drift_alarmed`, `drift_alarmed_honest`: the persistence check's figures
+  (scoring/persistence.py): each behaviour's highest long-lag similarity, and the peers whose
+  evidence reached the alarm, which `persistence_gate` (off by default) would have left out.
 The warm-up is the first `WARMUP` windows: proof of training needs three evaluations (four when one
 of them was −1), so honest peers are first aggregated in window 3 or 4. The last
 line is one JSON object with every scenario's figures and the targets of issue 12.
@@ -28,6 +31,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,7 @@ for _key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
 import torch  # noqa: E402
 
 from scoring.corpus import generate_corpus  # noqa: E402
+from scoring.persistence import over_alarm  # noqa: E402
 from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
 from validator.demo.sim.plugins import parse_peers  # noqa: E402
@@ -89,6 +94,37 @@ def scenarios(quick: bool) -> dict[str, str]:
     return out | FRAMING | VARIANTS
 
 
+@dataclass
+class DriftSeen:
+    """What the persistence check measured (scoring/persistence.py): each behaviour's highest
+    long-lag similarity, and the peers whose evidence reached the alarm, which the gate (off by
+    default) would have left out: honest ones would have been framed."""
+
+    peak: dict[str, float] = field(default_factory=dict)
+    alarmed: dict[str, str] = field(default_factory=dict)  # hotkey → behaviour
+    honest_alarmed: set[str] = field(default_factory=set)
+
+    def add(self, runner: DemoRunner, behaviour: dict[str, str], honest: set[str]) -> None:
+        cfg = runner.round.cfg.ranking.persistence
+        for hotkey, rating in runner.state.ratings.peers.items():
+            name = behaviour.get(hotkey)
+            if name is None:
+                continue
+            if rating.drift_similarity is not None:
+                self.peak[name] = max(self.peak.get(name, -1.0), rating.drift_similarity)
+            if over_alarm(rating.drift, cfg):
+                self.alarmed[hotkey] = name
+                if hotkey in honest:
+                    self.honest_alarmed.add(hotkey)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "drift_similarity_peak": {k: round(v, 4) for k, v in sorted(self.peak.items())},
+            "drift_alarmed": sorted(self.alarmed.values()),
+            "drift_alarmed_honest": len(self.honest_alarmed),
+        }
+
+
 def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_steps: int) -> dict[str, Any]:
     workdir = root / name
     workdir.mkdir(parents=True)
@@ -100,6 +136,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
     summary = DemoSummary(behaviour)
     honest = {h for h, b in behaviour.items() if b in HONEST_CONTRIBUTION}
     covered, adversary, framed, started = [], 0, set(), time.perf_counter()
+    drift = DriftSeen()
     first = runner.next_window
     for window in range(first, first + windows):
         runner.publish(window)
@@ -111,6 +148,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         if window - first >= WARMUP:
             covered.append(len(chosen & honest) / max(len(honest), 1))
             adversary += len(chosen - honest)
+        drift.add(runner, behaviour, honest)
     result = summary.to_json(runner.state.ratings)
     return {
         "peers": peers,
@@ -122,7 +160,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         "spearman": result["spearman"],
         "selected_behaviours": [w["selected_behaviours"] for w in result["windows"]],
         "seconds": round(time.perf_counter() - started, 1),
-    }
+    } | drift.figures()
 
 
 def main() -> None:
