@@ -76,8 +76,7 @@ def rating_out(r: RatingRecord) -> RatingOut:
         RatingOut, r, penalty=dict(r.penalty), evaluations=n, positives=int(r.state.get("positives", 0)),
         mean_margin=float(r.state.get("margin_sum", 0.0)) / n if n else 0.0,
         links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
-        retention=None if r.state.get("retention") is None else float(r.state["retention"]),
-        drift=float(r.state.get("drift", 0.0)),
+        retention=_optional(r.state.get("retention")), drift=float(r.state.get("drift", 0.0)),
         drift_similarity=_optional(r.state.get("drift_similarity")),
     )  # fmt: skip
 

@@ -38,11 +38,14 @@ from scoring.encoder import CompressedParam, encode_submission
 from scoring.lazy_update import judge_file
 from scoring.loss_score import apply_sparse, restore
 from scoring.model import ModelConfig, build_model, param_spec
-from scoring.persistence import PersistenceConfig, encode, residuals, update_sketch
+from scoring.persistence import PersistenceConfig
+from scoring.ranking import Status
 from scoring.signing import dev_keypair
 from scoring.types import ParamSpec, SparseUpdate
 from scoring.uniqueness import PeerPayload, UniquenessConfig, find_copies
 from scoring.wire import ChunkLayout, CodecConfig, numel_of
+from validator.round.drift import measure_drift, no_sketches
+from validator.round.outcomes import PeerTarget, PeerWindow
 
 CFG, BASE, WINDOW = CodecConfig(), "0" * 64, 5
 # 100.4M parameters: a 32k vocabulary, d = 1024, 6 layers, grouped-query attention
@@ -110,13 +113,13 @@ def run_window(files: list[Path], spool: Path, model_cfg: ModelConfig, stored: b
     reference = median_norms([u.norms() for u in updates], floor=1e-12)
     payloads = [PeerPayload(f"p{i:03d}", u.digest, float(i), u.params, 1.0) for i, u in enumerate(updates)]
     findings = find_copies(payloads, UniquenessConfig(), seed=7)
-    # the persistence check (validator/round/drift.py): a float16 sketch per peer, its residual
-    # written over it, then kept as the bytes the window's record stores
-    units = {p.hotkey: update_sketch(p.update, PersistenceConfig().bits, 11) for p in payloads}
-    current, sketches = residuals(units), {}
-    for k in sorted(current):  # each row freed as it is encoded (residuals wrote over `units`' arrays)
-        sketches[k] = encode(current.pop(k))
-        del units[k]
+    # the persistence check as the round runs it: the residual bytes the window's record stores
+    peers = [
+        PeerWindow(PeerTarget(i, p.hotkey, None), Status.OK, update=u)
+        for i, (p, u) in enumerate(zip(payloads, updates, strict=True))
+    ]
+    sketches = measure_drift(peers, PersistenceConfig(), seed=11, earlier=no_sketches).residuals
+    del peers
     for u in updates:  # LossScore's apply/restore (the forward passes in between hold no update)
         restore(apply_sparse(model, u.params, clip_factors(u.params, reference), 0.08))
     aggregate_into(dict(model.named_parameters()), [u.params for u in updates], reference, 0.4)

@@ -129,10 +129,10 @@ def long_lag_similarity(current: F16, earlier: Sequence[F16]) -> float | None:
     if not earlier:
         return None
     a = current.astype(np.float64)
-    cosines = []
+    norm_a, cosines = _norm(a), []
     for e in earlier:
         b = e.astype(np.float64)
-        denominator = _norm(a) * _norm(b)
+        denominator = norm_a * _norm(b)
         cosines.append(_dot(a, b) / denominator if denominator > 0.0 else 0.0)
     return round(sum(cosines) / len(cosines), 9)
 

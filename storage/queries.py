@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import fields
 from typing import Any
 
@@ -25,6 +26,7 @@ from storage.records import (
     WindowSummary,
     ordinal,
 )
+from storage.sketch_rows import SketchRecord, unsigned_seed
 from storage.writer import utc
 
 _RATING_FIELDS = [
@@ -246,3 +248,25 @@ def weight_sets(
         )
         for r in rows
     ]
+
+
+def earlier_sketches(
+    *, session: Session, hotkeys: Collection[str], first: int, last: int
+) -> dict[str, list[tuple[int, SketchRecord]]]:
+    """Each of `hotkeys`' residual sketches from windows `first` … `last` (inclusive), oldest first."""
+    rows = session.execute(
+        select(m.ResidualSketch)
+        .where(m.ResidualSketch.window.between(first, last), m.ResidualSketch.hotkey.in_(sorted(hotkeys)))
+        .order_by(m.ResidualSketch.hotkey, m.ResidualSketch.window)
+    ).scalars()
+    out: dict[str, list[tuple[int, SketchRecord]]] = {}
+    for r in rows:
+        out.setdefault(r.hotkey, []).append((r.window, SketchRecord(r.hotkey, unsigned_seed(r.seed), r.data)))
+    return out
+
+
+def window_sketch_seed(*, session: Session, window: int) -> int | None:
+    """The hash seed `window`'s sketches were taken with; None when it stored none."""
+    query = select(m.ResidualSketch.seed).where(m.ResidualSketch.window == window).limit(1)
+    value = session.execute(query).scalar_one_or_none()
+    return None if value is None else unsigned_seed(value)

@@ -8,7 +8,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Table, delete, insert
 from sqlalchemy.orm import Session
 
 from storage import models as m
@@ -184,3 +184,9 @@ def record_weight_set(*, session: Session, record: WeightSetRecord) -> int:
     session.add(row)
     session.flush()
     return row.id
+
+
+def prune_sketches(*, session: Session, before: int) -> int:
+    """Delete the residual sketches of windows before `before`; how many rows went."""
+    result = session.execute(delete(m.ResidualSketch).where(m.ResidualSketch.window < before))
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -8,8 +8,9 @@ from dataclasses import replace
 from sqlalchemy import Engine
 
 from storage.db import session_scope
-from storage.sketch_rows import SketchRecord, earlier_sketches, prune_sketches, window_sketch_seed
-from storage.writer import commit_window
+from storage.queries import earlier_sketches, window_sketch_seed
+from storage.sketch_rows import SketchRecord
+from storage.writer import commit_window, prune_sketches
 from tests.storage_fixtures import engine_fixture, hotkey, make_window
 
 __all__ = ["engine_fixture"]
@@ -24,12 +25,17 @@ def test_sketches_round_trip_by_peer_and_window_range(engine: Engine) -> None:
         with session_scope(engine) as s:
             commit_window(session=s, record=replace(make_window(window), sketches=sketches))
     with session_scope(engine) as s:
-        rows = earlier_sketches(s, [hotkey(0), hotkey(1), hotkey(5)], 1, 3)
+        rows = earlier_sketches(session=s, hotkeys=[hotkey(0), hotkey(1), hotkey(5)], first=1, last=3)
         assert sorted(rows) == [hotkey(0), hotkey(1)]  # nobody stored for hotkey 5
         assert [w for w, _ in rows[hotkey(1)]] == [1, 2, 3]  # oldest first, the range inclusive
         assert rows[hotkey(1)][2][1] == SketchRecord(hotkey(1), SEED, bytes([3, 1]) * 64)
-        assert window_sketch_seed(s, 4) == SEED and window_sketch_seed(s, 9) is None
+        assert (
+            window_sketch_seed(session=s, window=4) == SEED
+            and window_sketch_seed(session=s, window=9) is None
+        )
     with session_scope(engine) as s:
-        assert prune_sketches(s, 3) == 6  # windows 0, 1, 2: two peers each
+        assert prune_sketches(session=s, before=3) == 6  # windows 0, 1, 2: two peers each
     with session_scope(engine) as s:
-        assert [w for w, _ in earlier_sketches(s, [hotkey(0)], 0, 9)[hotkey(0)]] == [3, 4]
+        assert [
+            w for w, _ in earlier_sketches(session=s, hotkeys=[hotkey(0)], first=0, last=9)[hotkey(0)]
+        ] == [3, 4]

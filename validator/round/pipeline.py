@@ -98,8 +98,10 @@ def score_window(
             lambda: (RatingState(inputs.ratings.peers, ctx.window), NOTHING_SELECTED),
         )
     loss = held.loss_before
-    scored = Scored(evaluated, copies.findings, reference, ratings, selection, loss, seconds, tuple(workers))
-    return replace(scored, residuals=drift.residuals, sketch_seed=ctx.sketch_seed)
+    return Scored(
+        evaluated, copies.findings, reference, ratings, selection, loss, seconds, tuple(workers),
+        residuals=drift.residuals, sketch_seed=ctx.sketch_seed,
+    )  # fmt: skip
 
 
 def _check(

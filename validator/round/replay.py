@@ -102,9 +102,8 @@ def _row(
         # the held-out loss at the probe step, and the retention average the selection reads
         "step_loss": evaluation.loss_rand_step if evaluation else None,
         "retention": rating.state.get("retention") if rating else None,
-        "drift": rating.state.get("drift")
-        if rating
-        else None,  # persistence evidence (scoring/persistence.py)
+        # the persistence check's evidence (scoring/persistence.py), re-derived from the stored sketches
+        "drift": rating.state.get("drift") if rating else None,
     }
 
 

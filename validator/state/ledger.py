@@ -22,8 +22,8 @@ from storage.archive import BlobStore, SubmissionArchive
 from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.records import RatingRecord, WeightSetRecord, WindowRecord
-from storage.sketch_rows import SketchRecord, earlier_sketches, prune_sketches, window_sketch_seed
-from storage.writer import CommitOutcome, commit_window, record_weight_set
+from storage.sketch_rows import SketchRecord
+from storage.writer import CommitOutcome, commit_window, prune_sketches, record_weight_set
 from validator.state.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
 
 T = TypeVar("T")
@@ -116,18 +116,20 @@ class Ledger:
         if keep is None:
             return 0  # the default: no database round trip every window for nothing
         cutoff = window - max(keep, sketch_windows)
-        self._tx(lambda s: prune_sketches(s, cutoff))
+        self._tx(lambda s: prune_sketches(session=s, before=cutoff))
         return self._tx(lambda s: self.archive.prune(session=s, current_window=window))
 
     def sketches(
         self, hotkeys: Collection[str], first: int, last: int
     ) -> dict[str, list[tuple[int, SketchRecord]]]:
         """Each of `hotkeys`' stored residual sketches of windows `first` … `last`, oldest first."""
-        return self._tx(lambda s: earlier_sketches(s, hotkeys, first, last))
+        return self._tx(
+            lambda s: queries.earlier_sketches(session=s, hotkeys=hotkeys, first=first, last=last)
+        )
 
     def sketch_seed(self, window: int) -> int | None:
         """The hash seed of `window`'s stored sketches (replay takes them with the same)."""
-        return self._tx(lambda s: window_sketch_seed(s, window))
+        return self._tx(lambda s: queries.window_sketch_seed(session=s, window=window))
 
     def maybe_checkpoint(self, gm: GlobalModel) -> None:
         if gm.window % self.checkpoint_every == 0:
