@@ -103,8 +103,8 @@ class RatingOut(Schema):
     retention: float | None = Field(
         None,
         description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
-        "median of the window's full-size updates (the mean of its first four windows, then a moving "
-        "average; not aggregated under min_retention, 0.93 by default); none: never measured",
+        "median of the window's full-size updates and clipped to 1 ± 0.25 (the mean of its first four "
+        "windows, then a moving average; not aggregated under min_retention, 0.93); none: never measured",
     )
     drift: float = Field(0.0, description="CUSUM of drift_similarity (persistence_gate: out at 0.008)")
     drift_similarity: float | None = Field(

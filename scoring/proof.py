@@ -72,5 +72,6 @@ def with_evidence(peer: PeerRating, o: PeerOutcome, cfg: RatingConfig) -> PeerRa
     # still caught)
     n = peer.retention_windows + 1
     weight = max(cfg.retention_alpha, 1.0 / n)
-    average = o.retention if peer.retention is None else (1 - weight) * peer.retention + weight * o.retention
+    value = min(max(o.retention, 1.0 - cfg.retention_clip), 1.0 + cfg.retention_clip)  # one window's say
+    average = value if peer.retention is None else (1 - weight) * peer.retention + weight * value
     return replace(peer, retention=average, retention_windows=n)

@@ -273,3 +273,45 @@ def test_smaller_updates_do_not_set_the_retention_reference() -> None:
     assert relative["h3"] == pytest.approx(4.2 / 4.35) and relative["s0"] == pytest.approx(4.8 / 4.35)
     assert relative_retentions([*honest, *halved])["h3"] == pytest.approx(4.2 / 4.8)  # would be out
     assert relative_retentions([*honest[:2], *halved], reference) == {}  # fewer than three full-size
+
+
+def test_one_wild_window_does_not_hold_an_honest_peer_out() -> None:
+    """Late in a long run held-out gains sit near 0 and one window's retention can read −5 or +2.6
+    of the median: each window enters the average clipped to 1 ± `retention_clip`, so a single wild
+    window leaves the peer in; a window whose median retention is under `MIN_TYPICAL_RETENTION` (the
+    probe step past the loss's curvature for the typical update) is not compared at all."""
+    hotkeys = ("a", "b", "c", "d")
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(hotkeys)}, 0)
+    cfg = RankingConfig()
+
+    def window(steps: dict[str, float]) -> list[PeerWindow]:
+        out = []
+        for u, h in enumerate(hotkeys):
+            p = peer(h, u)
+            assert p.evaluation is not None  # held-out gain 0.05 at β; steps: × that at 5 β
+            e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
+            out.append(replace(p, evaluation=e))
+        return out
+
+    usual = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 4.5}
+    for w in range(1, 9):
+        state = rate_window(state, window(usual), w, cfg, CopyCheck([]))
+    wild = {"a": 4.5, "b": 4.4, "c": 4.6, "d": -22.0}  # d at −5 of the median
+    # (almost) unclipped, the same window leaves d out, and takes windows to recover from
+    loose = replace(cfg, rating=replace(cfg.rating, retention_clip=0.999))
+    assert (
+        "d"
+        not in select_window(
+            rate_window(state, window(wild), 9, loose, CopyCheck([])), window(usual), 10, cfg
+        ).gather
+    )
+    state = rate_window(state, window(wild), 9, cfg, CopyCheck([]))
+    assert state.peers["d"].retention == pytest.approx(0.75 * 0.25 + 0.75 * 1.0, abs=0.01)
+    assert "d" in select_window(state, window(usual), 10, cfg).gather
+    # a window where the typical update loses its gain at the probe step is not compared
+    broken = {"a": 0.4, "b": 0.3, "c": 0.5, "d": -11.0}
+    assert relative_retentions(window(broken)) == {}
+    before = state.peers["d"].retention
+    assert rate_window(state, window(broken), 10, cfg, CopyCheck([])).peers["d"].retention == before
+    with pytest.raises(ValueError, match="retention_clip"):
+        RatingConfig(retention_clip=0.0)

@@ -71,6 +71,11 @@ def outcomes_of(
 # A full-size update sits at least this × the clip reference (clipping.inflation): honest ones at
 # 0.94-1.01 in the demo's runs, graded ones at 0.17-0.49, an honest update halved at 0.5
 FULL_SIZE = 0.75
+# The least median retention (gain at the probe step ÷ gain at β, 5 for a linear loss) at which a
+# window's retentions are compared: under it the probe step is past the loss's curvature for the
+# typical update, and ratios to that median read noise (late in a 24-window demo run, medians of
+# 0.37 and −11 in windows where held-out gains were near 0; 2.0-5.6 in every other window)
+MIN_TYPICAL_RETENTION = 1.0
 
 
 def relative_retentions(
@@ -78,10 +83,11 @@ def relative_retentions(
 ) -> dict[str, float]:
     """Each valid evaluated peer's retention ÷ the median of the window's full-size updates
     (scoring/loss_score.py); none with fewer than three of them measured, as no median of fewer is
-    worth comparing with. A smaller step along the same update is more linear: four identities
-    sending honest updates halved (retention 1.03-1.06 of the median) lifted the median of every
-    update and left honest peers out in three of five windows; their size keeps them out of the
-    reference now. Without a `reference` every update counts as full-size."""
+    worth comparing with, or with that median under `MIN_TYPICAL_RETENTION`. A smaller step along
+    the same update is more linear: four identities sending honest updates halved (retention
+    1.03-1.06 of the median) lifted the median of every update and left honest peers out in three of
+    five windows; their size keeps them out of the reference now. Without a `reference` every update
+    counts as full-size."""
     measured, full = {}, []
     for p in peers:
         if p.valid and p.evaluation is not None and (r := retention(p.evaluation)) is not None:
@@ -92,7 +98,7 @@ def relative_retentions(
             if size >= FULL_SIZE:
                 full.append(r)
     typical = median(full) if len(full) >= 3 else 0.0
-    return {h: r / typical for h, r in measured.items()} if typical > 0.0 else {}
+    return {h: r / typical for h, r in measured.items()} if typical >= MIN_TYPICAL_RETENTION else {}
 
 
 def rate_window(
