@@ -2,6 +2,7 @@
 not adopted" persistence figures (issue 12: a peer adding one fixed direction to honest work).
 
     .venv/bin/python -m benchmarks.bench_residuals [--quick] [--peers SPEC] [--seeds N] [--windows N]
+        [--sketch-bits N] [--skip N]
 
 Runs the demo's sizing (as bench_fidelity) and decodes every peer's published update each window
 with the validator's own decoder. Per peer and window, its residual is `r = u − βc`: `c` the mean
@@ -11,8 +12,9 @@ scaled-down consensus is not counted as its own). Per peer it reports:
   its third update on); error feedback makes it negative for honest peers;
 - `accumulation`: `|Σr|² / Σ|r|²` over every window (1 for a fixed residual, about 1/n for
   independent ones);
-- `long_lag`: the mean cosine of two of its residuals at least `LONG_LAG` windows apart (error
-  feedback's anti-correlation fades by then; a fixed hidden direction would not);
+- `long_lag`: the mean cosine of two of its residuals at least `LONG_LAG` windows apart, the earlier
+  one from window `--skip` + 1 on (error feedback's anti-correlation fades by then; a fixed hidden
+  direction would not);
 - `usefulness`: the cosine of its summed residuals with the gradient of the held-out loss (the
   demo's 32 fixed pages) at the last window's base model (positive: subtracting them lowers the
   loss); a persistent component that does not lower the loss dilutes it;
@@ -67,6 +69,7 @@ class Track:
     long-lag figure pairs them; 8 windows of the demo's model take 24 MB per peer)."""
 
     behaviour: str
+    skip: int = 0  # long-lag pairs start at this residual (0: the first window's)
     total: Vector | None = None
     squares: float = 0.0
     persistence: list[float] = field(default_factory=list)
@@ -88,7 +91,7 @@ class Track:
         vectors = self.sketched if sketched else self.kept
         pairs = [
             cosine(a.astype(np.float64), b.astype(np.float64))
-            for i, a in enumerate(vectors) for b in vectors[i + LONG_LAG :]
+            for i, a in enumerate(vectors) if i >= self.skip for b in vectors[i + LONG_LAG :]
         ]  # fmt: skip
         return round(float(np.mean(pairs)), 4) if pairs else None
 
@@ -169,7 +172,7 @@ def residuals(updates: Mapping[int, Vector]) -> dict[int, Vector]:
 
 def run(
     peers: Sequence[Behaviour], windows: int, inner_steps: int, root: Path, corpus: Path,
-    sketch_bits: int = SKETCH_BITS,
+    sketch_bits: int = SKETCH_BITS, skip: int = 0,
 ) -> list[dict[str, Any]]:  # fmt: skip
     root.mkdir(parents=True)
     (root / "corpus").symlink_to(corpus, target_is_directory=True)
@@ -181,7 +184,7 @@ def run(
     # one); peers without one against poison's
     seeds = {p.uid: int(getattr(p.behaviour, "seed", Poison().seed)) for p in runner.network.peers}
     hidden = {s: flat(model_direction(model, s), names) for s in set(seeds.values())}
-    tracks = {uid: Track(name) for uid, name in behaviour.items()}
+    tracks = {uid: Track(name, skip) for uid, name in behaviour.items()}
     first = runner.next_window
     for window in range(first, first + windows):
         runner.publish(window)
@@ -215,6 +218,11 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=2, help="under N public seeds and secrets")
     parser.add_argument("--sketch-bits", type=int, default=SKETCH_BITS, help="log2 of the sketch's buckets")
+    parser.add_argument(
+        "--skip", type=int, default=0,
+        help="long-lag pairs start at this window's residual (0-based; 2 leaves out the demo's warm-up, "
+        "where nothing is aggregated and every residual is taken at the same base model)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec, windows, inner = ("honest:2,poison:1", 3, 2) if args.quick else (args.peers, args.windows, 20)
@@ -226,6 +234,8 @@ def main() -> None:
         parser.error("--windows: need at least 2 (persistence compares a window with earlier ones)")
     if not 8 <= args.sketch_bits <= 24:
         parser.error("--sketch-bits: between 8 and 24")
+    if args.skip < 0 or args.skip > max(windows - 1 - LONG_LAG, 0):
+        parser.error(f"--skip: between 0 and windows - 1 - {LONG_LAG} (no pair is left otherwise)")
     seeds = 1 if args.quick else max(args.seeds, 1)
     root = Path(tempfile.mkdtemp(prefix="gauntlet-residuals-"))
     corpus = root / "corpus"
@@ -233,10 +243,11 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for k in range(seeds):
         seeded(k)
-        for row in run(peers, windows, inner, root / f"run-{k}", corpus, args.sketch_bits):
+        for row in run(peers, windows, inner, root / f"run-{k}", corpus, args.sketch_bits, args.skip):
             rows.append({"seed": k} | row)
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    figures = {"peers": spec, "windows": windows, "sketch_bits": args.sketch_bits, "rows": rows}
+    figures = {"peers": spec, "windows": windows, "sketch_bits": args.sketch_bits, "skip": args.skip}
+    figures["rows"] = rows
     print(json.dumps(figures | {"by_behaviour": ranges(rows)}))
 
 
