@@ -276,7 +276,7 @@ def test_smaller_updates_do_not_set_the_retention_reference() -> None:
 
 
 def test_one_wild_window_does_not_hold_an_honest_peer_out() -> None:
-    """Late in a long run held-out gains sit near 0 and one window's retention can read −5 or +2.6
+    """Late in a long run held-out gains sit near 0 and one window's retention can read −44 … +12
     of the median: each window enters the average clipped to 1 ± `retention_clip`, so a single wild
     window leaves the peer in; a window whose median retention is under `MIN_TYPICAL_RETENTION` (the
     probe step past the loss's curvature for the typical update) is not compared at all."""
