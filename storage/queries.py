@@ -253,10 +253,19 @@ def weight_sets(
 def earlier_sketches(
     *, session: Session, hotkeys: Collection[str], first: int, last: int
 ) -> dict[str, list[tuple[int, SketchRecord]]]:
-    """Each of `hotkeys`' residual sketches from windows `first` … `last` (inclusive), oldest first."""
+    """Each of `hotkeys`' residual sketches from windows `first` … `last` (inclusive) that aggregated
+    something, oldest first. A window that aggregates nothing leaves the next one's base model where
+    it was, and residuals taken at one base correlate for any peer whose recipe differs from the
+    consensus: in 24-window demo runs that alone put full honest peers among weaker ones at the
+    persistence alarm, and without those windows no peer reached it (README, tenth round)."""
+    moved = select(m.Selection.window).where(m.Selection.role == "gather")
     rows = session.execute(
         select(m.ResidualSketch)
-        .where(m.ResidualSketch.window.between(first, last), m.ResidualSketch.hotkey.in_(sorted(hotkeys)))
+        .where(
+            m.ResidualSketch.window.between(first, last),
+            m.ResidualSketch.hotkey.in_(sorted(hotkeys)),
+            m.ResidualSketch.window.in_(moved),
+        )
         .order_by(m.ResidualSketch.hotkey, m.ResidualSketch.window)
     ).scalars()
     out: dict[str, list[tuple[int, SketchRecord]]] = {}

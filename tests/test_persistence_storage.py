@@ -39,3 +39,17 @@ def test_sketches_round_trip_by_peer_and_window_range(engine: Engine) -> None:
         assert [
             w for w, _ in earlier_sketches(session=s, hotkeys=[hotkey(0)], first=0, last=9)[hotkey(0)]
         ] == [3, 4]
+
+
+def test_windows_that_aggregated_nothing_are_not_compared(engine: Engine) -> None:
+    """Windows 0 and 1 aggregate nothing (the warm-up), so window 2 has the same base model as they
+    had: their residuals are stored (replay reads the seed back) but never compared."""
+    for window in range(4):
+        sketches = [SketchRecord(hotkey(0), SEED, bytes([window]) * 64)]
+        record = make_window(window, n_gather=0 if window < 2 else 3)
+        with session_scope(engine) as s:
+            commit_window(session=s, record=replace(record, sketches=sketches))
+    with session_scope(engine) as s:
+        rows = earlier_sketches(session=s, hotkeys=[hotkey(0)], first=0, last=3)
+        assert [w for w, _ in rows[hotkey(0)]] == [2, 3]
+        assert window_sketch_seed(session=s, window=0) == SEED
