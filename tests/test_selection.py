@@ -47,6 +47,18 @@ def peer(hotkey: str, uid: int, gain: float | None = 0.01, status: str = "ok") -
     )
 
 
+def stepped(hotkeys: tuple[str, ...], steps: dict[str, float]) -> list[PeerWindow]:
+    """One window of `peer`s, each with held-out gain 0.05 at β and steps[h] × that at 5 β (its
+    retention, scoring/loss_score.py)."""
+    out = []
+    for u, h in enumerate(hotkeys):
+        p = peer(h, u)
+        assert p.evaluation is not None
+        e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
+        out.append(replace(p, evaluation=e))
+    return out
+
+
 def test_select_window_reads_bans_streaks_and_proof_from_the_ratings() -> None:
     state = RatingState(
         {
@@ -207,13 +219,7 @@ def test_retention_is_relative_to_the_window_and_averaged_across_windows() -> No
     state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(hotkeys)}, 4)
 
     def window(steps: dict[str, float]) -> list[PeerWindow]:
-        out = []
-        for u, h in enumerate(hotkeys):
-            p = peer(h, u)
-            assert p.evaluation is not None  # held-out gain 0.05 at β; steps: × that at 5 β
-            e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
-            out.append(replace(p, evaluation=e))
-        return out
+        return stepped(hotkeys, steps)
 
     relative = relative_retentions(window({"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.0}))
     assert relative["b"] == pytest.approx(4.4 / 4.45) and relative["d"] == pytest.approx(3.0 / 4.45)
@@ -238,14 +244,7 @@ def test_a_peer_that_starts_overshooting_late_is_caught_by_the_moving_average() 
     cfg = RankingConfig()
 
     def window(d: float) -> list[PeerWindow]:
-        steps = {"a": 4.5, "b": 4.4, "c": 4.6, "d": d}
-        out = []
-        for u, h in enumerate(hotkeys):
-            p = peer(h, u)
-            assert p.evaluation is not None
-            e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
-            out.append(replace(p, evaluation=e))
-        return out
+        return stepped(hotkeys, {"a": 4.5, "b": 4.4, "c": 4.6, "d": d})
 
     for w in range(1, 21):
         state = rate_window(state, window(4.5), w, cfg, CopyCheck([]))
@@ -285,13 +284,7 @@ def test_one_wild_window_does_not_hold_an_honest_peer_out() -> None:
     cfg = RankingConfig()
 
     def window(steps: dict[str, float]) -> list[PeerWindow]:
-        out = []
-        for u, h in enumerate(hotkeys):
-            p = peer(h, u)
-            assert p.evaluation is not None  # held-out gain 0.05 at β; steps: × that at 5 β
-            e = replace(p.evaluation, loss_rand_step=p.evaluation.loss_rand_before - steps[h] * 0.05)
-            out.append(replace(p, evaluation=e))
-        return out
+        return stepped(hotkeys, steps)
 
     usual = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 4.5}
     for w in range(1, 9):
