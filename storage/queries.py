@@ -258,7 +258,9 @@ def earlier_sketches(
     it was, and residuals taken at one base correlate for any peer whose recipe differs from the
     consensus: in 24-window demo runs that alone put full honest peers among weaker ones at the
     persistence alarm, and without those windows no peer reached it (README, tenth round)."""
-    moved = select(m.Selection.window).where(m.Selection.role == "gather")
+    moved = select(m.Selection.window).where(
+        m.Selection.role == "gather", m.Selection.window.between(first, last)
+    )
     rows = session.execute(
         select(m.ResidualSketch)
         .where(
