@@ -108,7 +108,7 @@ class RatingOut(Schema):
     )
     drift: float = Field(0.0, description="CUSUM of drift_similarity (persistence_gate: out at 0.008)")
     drift_similarity: float | None = Field(
-        None, description="this window's mean cosine of its residual with its own 3-12 windows before"
+        None, description="mean cosine of its residual with its own of 3-12 aggregating windows before"
     )
 
 

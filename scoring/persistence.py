@@ -16,17 +16,20 @@ compared peers' unit sketches. The sketch hashes every kept coordinate with one 
 window (`sketch_seed`, derived from the validator's secret, so a peer cannot hide a direction in
 the hash's blind spots), and is stored rounded to float16 (replay and later windows read the same
 values). The peer's *long-lag similarity* this window is the mean cosine of its residual with its
-stored residuals `lag` to `horizon` windows before, and a CUSUM keeps its evidence,
+stored residuals `lag` to `horizon` windows before, of windows that aggregated something (a window
+that moves nothing leaves the next one at the same base model, and residuals taken at one base
+correlate for any peer whose recipe differs from the consensus: validator/round/drift.py), and a
+CUSUM keeps its evidence,
 
     evidence ← min(cap, max(0, evidence + min(similarity − reference, step_cap))),
 
 stored on its rating (`PeerRating.drift`, so replay re-derives it). With `gate` on, a peer whose
 evidence reached `alarm` is *drifting*: it is not aggregated (scoring/selection.py), and it is not
 penalised otherwise, as nothing says which windows carried the direction. The gate is off by
-default: on the demo's 8 windows the separation came from the first windows' transient (compared
-with residuals from the third window on, `poison_strong` measured −0.0055 … −0.0097, honest peers
-at most −0.0015), and a full honest peer among weaker ones reached the alarm (+0.0251, +0.0112):
-what its extra training adds persists too (README, *Scoring fidelity*, ninth round).
+default: the separation the demo showed came from the warm-up's windows, all at one base model,
+where a full honest peer among weaker ones reached the alarm too (+0.0251, +0.0112). Without them,
+no peer of ten 24-window runs reached it, `poison_strong` included (README, *Scoring fidelity*,
+ninth and tenth rounds).
 """
 
 from __future__ import annotations

@@ -254,10 +254,8 @@ def earlier_sketches(
     *, session: Session, hotkeys: Collection[str], first: int, last: int
 ) -> dict[str, list[tuple[int, SketchRecord]]]:
     """Each of `hotkeys`' residual sketches from windows `first` … `last` (inclusive) that aggregated
-    something, oldest first. A window that aggregates nothing leaves the next one's base model where
-    it was, and residuals taken at one base correlate for any peer whose recipe differs from the
-    consensus: in 24-window demo runs that alone put full honest peers among weaker ones at the
-    persistence alarm, and without those windows no peer reached it (README, tenth round)."""
+    something (a gathered peer), oldest first: the windows the persistence check compares with
+    (validator/round/drift.py says why)."""
     moved = select(m.Selection.window).where(
         m.Selection.role == "gather", m.Selection.window.between(first, last)
     )

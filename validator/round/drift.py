@@ -3,8 +3,11 @@ its long-lag similarity with its own stored residuals, and the evidence on its r
 
 Every valid update after the checks is sketched (copies and recycled work are invalid by then, so
 a copier's residual is nobody's evidence). The earlier residuals come from storage: the windows
-`lag` … `horizon` before, taken with this window's hash seed (after a change of the validator's
-secret the older ones no longer compare and are skipped)."""
+`lag` … `horizon` before that aggregated something, taken with this window's hash seed (after a
+change of the validator's secret the older ones no longer compare and are skipped). A window that
+aggregated nothing left the next one at the same base model: residuals taken at one base correlate
+for any peer whose recipe differs from the consensus (more training than the weaker peers), which
+alone put full honest peers at the alarm in the demo's warm-up (README, tenth round)."""
 
 from __future__ import annotations
 
@@ -50,7 +53,8 @@ class Drift:
 
 
 def sketch_loader(ledger: Ledger, window: int, seed: int, cfg: PersistenceConfig) -> SketchLoader:
-    """Reads the peers' residuals of the windows `cfg.lag` … `cfg.horizon` before `window`."""
+    """Reads the peers' residuals of the windows `cfg.lag` … `cfg.horizon` before `window` that
+    aggregated something (module docstring)."""
 
     def load(hotkeys: Collection[str]) -> Mapping[str, Sequence[F16]]:
         if window < cfg.lag:

@@ -122,7 +122,8 @@ class Ledger:
     def sketches(
         self, hotkeys: Collection[str], first: int, last: int
     ) -> dict[str, list[tuple[int, SketchRecord]]]:
-        """Each of `hotkeys`' stored residual sketches of windows `first` … `last`, oldest first."""
+        """Each of `hotkeys`' stored residual sketches of windows `first` … `last` that aggregated
+        something, oldest first (validator/round/drift.py says why)."""
         return self._tx(
             lambda s: queries.earlier_sketches(session=s, hotkeys=hotkeys, first=first, last=last)
         )
