@@ -170,6 +170,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8)
     parser.add_argument("--seeds", type=int, default=1, help="repeat under N public seeds and secrets")
     args = parser.parse_args()
+    if args.windows < 1 or args.seeds < 1:
+        parser.error("--windows and --seeds: at least 1 (the README's long runs use --windows 24)")
     torch.set_num_threads(1)
     windows, inner = (WARMUP + 1, 2) if args.quick else (args.windows, 20)
     chosen = scenarios(args.quick)
