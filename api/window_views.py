@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -75,10 +76,17 @@ def rating_out(r: RatingRecord) -> RatingOut:
     return public(
         RatingOut, r, penalty=dict(r.penalty), evaluations=n, positives=int(r.state.get("positives", 0)),
         mean_margin=float(r.state.get("margin_sum", 0.0)) / n if n else 0.0,
+        proof_z=_proof_z(r.state),
         links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
         retention=_optional(r.state.get("retention")), drift=float(r.state.get("drift", 0.0)),
         drift_similarity=_optional(r.state.get("drift_similarity")),
     )  # fmt: skip
+
+
+def _proof_z(state: JsonMap) -> float | None:
+    """The page test's statistic (scoring/page_test.py `stouffer`); none before any window had one."""
+    weight = float(state.get("proof_weight", 0.0))
+    return float(state.get("proof_sum", 0.0)) / math.sqrt(weight) if weight > 0 else None
 
 
 def _optional(value: object) -> float | None:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from scoring.clipping import clip_factors
 from scoring.consensus import OUTER_LR
 from scoring.model import LlamaModel, autocast
+from scoring.page_test import PageLosses
 from scoring.types import SparseParam
 
 Batches = Sequence[torch.Tensor]
@@ -72,6 +73,7 @@ class PeerEval:
     indicator: int
     timings: Timings
     loss_rand_step: float | None = None  # held-out loss with the update applied at the probe step
+    pages: PageLosses | None = None  # the same losses per page (scoring/page_test.py), at β
 
 
 def retention(e: PeerEval) -> float | None:
@@ -111,21 +113,39 @@ def score_losses(
     return score, own_gain, 1 if own_gain > score else -1
 
 
+@dataclass(frozen=True, slots=True)
+class PagedLoss:
+    """A token-mean loss and the token-mean loss of each page (one row of a batch is one page)."""
+
+    mean: float
+    pages: tuple[float, ...]
+
+
 def mean_loss(model: LlamaModel, batches: Batches) -> float:
     """Token-mean next-token cross-entropy over all batches (each (B, T+1) int64), inference mode."""
+    return paged_loss(model, batches).mean
+
+
+def paged_loss(model: LlamaModel, batches: Batches) -> PagedLoss:
+    """`mean_loss` and the same per page, from one forward pass."""
     device = next(model.parameters()).device
-    total, count = 0.0, 0
+    total, count, pages = 0.0, 0, []
     with torch.inference_mode():
         for batch in batches:
             batch = batch.to(device, non_blocking=True)
             with autocast(device):
                 logits = model(batch[:, :-1])  # (B, T, V)
             targets = batch[:, 1:]
-            total += float(F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum"))
+            # cross_entropy is nll_loss of log_softmax: its sum is the same bits, and the per-token
+            # losses come from the same log-probabilities
+            logp = logits.float().flatten(0, 1).log_softmax(-1)
+            total += float(F.nll_loss(logp, targets.flatten(), reduction="sum"))
+            per_token = F.nll_loss(logp, targets.flatten(), reduction="none")
+            pages.extend(per_token.view(targets.shape).double().mean(1).tolist())
             count += targets.numel()
     if count == 0:
         raise ValueError("no tokens to evaluate")
-    return total / count
+    return PagedLoss(total / count, tuple(pages))
 
 
 def apply_sparse(
@@ -197,6 +217,7 @@ class Baseline:
     loss_before: float
     reference: Mapping[str, float]
     cfg: LossScoreConfig
+    heldout_pages: tuple[float, ...] = ()  # each held-out page's loss before (none: no page test)
 
 
 def evaluate_peer(
@@ -205,14 +226,14 @@ def evaluate_peer(
     """The four forward passes for one peer around two sparse apply/restores (at β, then at the
     probe step)."""
     t0 = time.perf_counter()
-    own_before = mean_loss(model, own)
+    own_before = paged_loss(model, own)
     factors = clip_factors(job.update, base.reference)
     t1 = time.perf_counter()
     saved = apply_sparse(model, job.update, factors, base.cfg.beta)
     t2 = time.perf_counter()
     try:
-        own_after = mean_loss(model, own)
-        rand_after = mean_loss(model, base.heldout)
+        own_after = paged_loss(model, own)
+        rand_after = paged_loss(model, base.heldout)
     finally:
         t3 = time.perf_counter()
         restore(saved)
@@ -225,7 +246,10 @@ def evaluate_peer(
         t6 = time.perf_counter()
         restore(saved)
     t7 = time.perf_counter()
-    score, own_gain, indicator = score_losses(own_before, own_after, base.loss_before, rand_after)
+    score, own_gain, indicator = score_losses(
+        own_before.mean, own_after.mean, base.loss_before, rand_after.mean
+    )
+    pages = PageLosses(own_before.pages, own_after.pages, base.heldout_pages, rand_after.pages)
     apply_s, forward_s, restore_s = (
         (t2 - t1) + (t5 - t4),
         (t1 - t0) + (t3 - t2) + (t6 - t5),
@@ -233,8 +257,8 @@ def evaluate_peer(
     )
     timings = Timings(wait_s, apply_s, forward_s, restore_s, t7 - t0 + wait_s)
     return PeerEval(
-        job.uid, own_before, own_after, base.loss_before, rand_after, score, own_gain, indicator, timings,
-        rand_step,
+        job.uid, own_before.mean, own_after.mean, base.loss_before, rand_after.mean, score, own_gain,
+        indicator, timings, rand_step, pages,
     )  # fmt: skip
 
 
@@ -245,15 +269,15 @@ def evaluate_peers(
     *,
     reference: Mapping[str, float],
     cfg: LossScoreConfig,
-    loss_before: float | None = None,
+    before: PagedLoss | None = None,
 ) -> list[PeerEval]:
-    """Evaluate peers in order, sharing the held-out `loss_before` (computed here unless given).
+    """Evaluate peers in order, sharing the held-out losses `before` (computed here unless given).
 
     The next peer's batches load on a worker thread while the current peer is evaluated.
     """
     with deterministic(next(model.parameters()).device):
-        before = mean_loss(model, heldout) if loss_before is None else loss_before
-        base = Baseline(heldout, before, reference, cfg)
+        held = paged_loss(model, heldout) if before is None else before
+        base = Baseline(heldout, held.mean, reference, cfg, held.pages)
         results: list[PeerEval] = []
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lossscore-data") as pool:
             pending: Future[Batches] | None = pool.submit(jobs[0].load_own) if jobs else None

@@ -1,6 +1,8 @@
 """What a peer's evaluations add up to across windows: proof of training and the retention average.
 
 Proof of training (`proven`): after `proof_min_evaluations` evaluations,
+- the page test's discounted Stouffer sum reaches `page_test.z` (scoring/page_test.py: the update
+  lowers the loss on the peer's own pages by more than on held-out ones, against the pages' noise);
 - the mean relative own-data margin `(own_gain − score) / |score|` (clipped to ±1) reaches
   `proof_margin`: on the demo honest peers scored +1 in only ~80 % of windows 3–6 while their mean
   margin stayed ≥ 0.045; a lazy peer (trained on pages that are not its own) is a coin flip with a
@@ -24,6 +26,8 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from scoring.page_test import fold, stouffer
+
 if TYPE_CHECKING:  # the ranking imports this module
     from scoring.ranking import PeerOutcome, PeerRating, RatingConfig
 
@@ -31,6 +35,9 @@ if TYPE_CHECKING:  # the ranking imports this module
 def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
     """Has the peer proven that it trains on its own data (module docstring)?"""
     if (n := peer.evaluations) < max(cfg.proof_min_evaluations, 1) or peer.margin_sum / n < cfg.proof_margin:
+        return False
+    # none when no evaluation measured pages (stored before the page test): the other rules alone
+    if (z := stouffer(peer.proof_sum, peer.proof_weight)) is not None and z < cfg.page_test.z:
         return False
     z2, rate = cfg.proof_z**2, peer.positives / n
     centre = rate + z2 / (2 * n)
@@ -65,6 +72,9 @@ def with_evidence(peer: PeerRating, o: PeerOutcome, cfg: RatingConfig) -> PeerRa
         positives=peer.positives + positive(o, cfg),
         margin_sum=peer.margin_sum + relative_margin(o.score, o.own_gain),
     )
+    if o.own_t is not None:
+        total, weight = fold(peer.proof_sum, peer.proof_weight, o.own_t, cfg.page_test)
+        peer = replace(peer, proof_sum=total, proof_weight=weight)
     if o.retention is None:
         return peer
     # the plain mean of the first 1/alpha values (a first value alone would weigh as much as every

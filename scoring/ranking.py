@@ -27,6 +27,7 @@ from typing import Any
 
 from openskill.models import PlackettLuce
 
+from scoring.page_test import PageTestConfig
 from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
 from scoring.proof import with_evidence
 from scoring.uniqueness import CopyTier
@@ -64,11 +65,11 @@ class RatingConfig:
     # the least weight of the newest window in the retention average: the plain mean of a peer's first
     # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
     retention_alpha: float = 0.25
-    # each window's relative retention enters the average clipped to 1 ± this: the rule was
-    # calibrated inside that range (honest 0.89-1.17 a window, the rescaled quarter 0.75-0.97), and
-    # late in 24-window demo runs, with held-out gains near 0, honest windows read −44 … +12 of the
-    # median, and one (−8.6) held the peer's average under `min_retention` for the rest of the run
+    # each window's relative retention enters the average clipped to 1 ± this: the rule was calibrated
+    # inside it (honest 0.89-1.17 a window, the rescaled quarter 0.75-0.97); late in 24-window demo runs
+    # honest windows read −44 … +12, and one (−8.6) held a peer under `min_retention` for good
     retention_clip: float = 0.25
+    page_test: PageTestConfig = PageTestConfig()  # the proof's per-page test (scoring/page_test.py)
     penalties: PenaltyConfig = field(default_factory=PenaltyConfig)
 
     def __post_init__(self) -> None:
@@ -95,6 +96,7 @@ class PeerOutcome:
     copy_tier: CopyTier = CopyTier.NONE
     own_gain: float | None = None  # with score: the relative gain on the peer's own pages
     retention: float | None = None  # with score: its retention ÷ the window's median, when measured
+    own_t: float | None = None  # with score: the page test's t (scoring/page_test.py); None: no pages
 
     def __post_init__(self) -> None:
         if (self.score is None) != (self.indicator is None):
@@ -115,6 +117,8 @@ class PeerRating:
     evaluations: int = 0
     positives: int = 0  # evaluations whose indicator was +1, or whose margin was a tie (proof.py)
     margin_sum: float = 0.0  # Σ clipped relative own-data margins over evaluations
+    proof_sum: float = 0.0  # the page test's discounted Σ t, and its variance under no effect
+    proof_weight: float = 0.0  # (scoring/page_test.py); 0: no evaluation measured pages
     windows_seen: int = 0
     consecutive_misses: int = 0
     consecutive_negative: int = 0

@@ -141,6 +141,7 @@ class Evaluation(Base):
     indicator: Mapped[int]
     timings: Mapped[dict[str, Any]]
     loss_rand_step: Mapped[float | None]
+    pages: Mapped[dict[str, Any] | None]  # losses per page (scoring/page_test.py)
 
 
 class Rating(Base):

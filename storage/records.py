@@ -30,8 +30,7 @@ JsonMap = Mapping[str, Any]
 
 
 def ordinal(mu: float, sigma: float) -> float:
-    """The conservative rating mu - 3 sigma (scoring.ranking.PeerRating.ordinal): ranks peers that
-    tie on final score, and is what the API shows as `ordinal`."""
+    """mu − 3 sigma (scoring.ranking.PeerRating.ordinal): ranks ties on final score; the API's `ordinal`."""
     return mu - 3 * sigma
 
 
@@ -40,9 +39,9 @@ def _check_window(window: int) -> None:
         raise ValueError(f"window must be >= 0, got {window}")
 
 
-def _freeze(obj: object, name: str) -> None:
-    # Frozen dataclasses need object.__setattr__ to normalise a field once, at construction.
-    object.__setattr__(obj, name, tuple(getattr(obj, name)))
+def _freeze(obj: object, *names: str) -> None:
+    for name in names:  # frozen fields, normalised once
+        object.__setattr__(obj, name, tuple(getattr(obj, name)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +91,7 @@ class EvaluationRecord:
     indicator: int
     timings: JsonMap = field(default_factory=dict)
     loss_rand_step: float | None = None  # held-out loss at the probe step (none before 20261201_0006)
+    pages: JsonMap | None = None  # per-page losses (scoring/page_test.py; none before 20261202_0008)
 
     def __post_init__(self) -> None:
         if self.indicator not in (-1, 1):
@@ -99,10 +99,12 @@ class EvaluationRecord:
 
     @classmethod
     def of(cls, hotkey: str, result: object, timings: JsonMap) -> EvaluationRecord:
-        """The record of an evaluation result that carries these fields under the same names
-        (scoring.loss_score.PeerEval): the measured fields are listed once, by this dataclass."""
-        measured = [f.name for f in fields(cls) if f.name not in ("hotkey", "timings")]
-        return cls(hotkey=hotkey, timings=timings, **{n: getattr(result, n) for n in measured})
+        """The record of a result with these fields' names (scoring.loss_score.PeerEval): named once here."""
+        names = [f.name for f in fields(cls) if f.name not in ("hotkey", "timings")]
+        measured = {n: getattr(result, n) for n in names}
+        if (pages := measured["pages"]) is not None:  # a dataclass of float tuples, stored as JSON lists
+            measured["pages"] = {f.name: list(getattr(pages, f.name)) for f in fields(pages)}
+        return cls(hotkey=hotkey, timings=timings, **measured)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +143,8 @@ class PenaltyRecord:
 
 @dataclass(frozen=True, slots=True)
 class CopyPairRecord:
-    """A flagged pair of similar submissions; `offender` is the later uploader. When the upload
-    order was unclear (`clear` False) nobody was penalised and only one of the two was aggregated."""
+    """A flagged pair; `offender` is the later uploader. With the upload order unclear (`clear` False)
+    nobody was penalised and only one of the two was aggregated."""
 
     hotkey_a: str
     hotkey_b: str
@@ -191,8 +193,7 @@ class WeightSetRecord:
             raise ValueError(f"unknown weight-set outcome {self.outcome!r}")
         if len(self.uids) != len(self.weights):
             raise ValueError("uids and weights must have the same length")
-        _freeze(self, "uids")
-        _freeze(self, "weights")
+        _freeze(self, "uids", "weights")
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,10 +221,8 @@ class WindowRecord:
 
     def __post_init__(self) -> None:
         _check_window(self.window)
-        for name in ("aggregate_digests", "aggregate_weights", "submissions", "evaluations", "ratings"):
-            _freeze(self, name)
-        for name in ("penalties", "copy_pairs", "selections", "sketches"):
-            _freeze(self, name)
+        _freeze(self, "aggregate_digests", "aggregate_weights", "submissions", "evaluations", "ratings")
+        _freeze(self, "penalties", "copy_pairs", "selections", "sketches")
         for name in ("submissions", "evaluations", "ratings", "selections"):
             hotkeys = [r.hotkey for r in getattr(self, name)]
             if len(hotkeys) != len(set(hotkeys)):

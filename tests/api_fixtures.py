@@ -78,6 +78,10 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
             0.02 - i / 1000,
             0.02,
             1 if i % 2 == 0 else -1,
+            # the losses per page (scoring/page_test.py): the first peer's only
+            pages={"own_before": [5.0, 5.0], "own_after": [4.8, 5.0], "heldout_before": [heldout] * 2}
+            if i == 0
+            else None,
         )
         for i in range(3)
     ]
@@ -99,6 +103,8 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "retention": 0.97,
                 "drift": 0.006,
                 "drift_similarity": 0.004,
+                "proof_sum": 3.0,
+                "proof_weight": 2.25,
             }
             if i == 0
             else {},

@@ -16,7 +16,7 @@ import torch
 from scoring.decoder import Expected
 from scoring.encoder import compress, pack_tensors
 from scoring.lazy_update import judge_submission
-from scoring.loss_score import Batches, LossScoreConfig, PeerEval, PeerJob, evaluate_peers
+from scoring.loss_score import Batches, LossScoreConfig, PagedLoss, PeerEval, PeerJob, evaluate_peers
 from scoring.model import LlamaModel
 from scoring.signing import dev_keypair
 from scoring.types import DecodeResult, ParamSpec
@@ -50,11 +50,11 @@ def raising_evaluator(bad: Collection[int] | None) -> Evaluator:
         *,
         reference: Mapping[str, float],
         cfg: LossScoreConfig,
-        loss_before: float | None = None,
+        before: PagedLoss | None = None,
     ) -> list[PeerEval]:
         if bad is None or any(j.uid in bad for j in jobs):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, loss_before=loss_before)
+        return evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, before=before)
 
     return evaluate
 

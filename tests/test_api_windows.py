@@ -67,8 +67,13 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
     assert first["links"] == {hotkey(1): 0.12}
     assert first["retention"] == 0.97  # what the retention rule read (scoring/selection.py)
     assert (first["drift"], first["drift_similarity"]) == (0.006, 0.004)  # the persistence check's inputs
+    assert first["proof_z"] == 2.0  # the page test's sum 3.0 over the root of its variance 2.25
     second = next(r for r in body["ratings"] if r["uid"] == 1)
     assert second["retention"] is None and second["drift_similarity"] is None  # never measured
+    assert second["proof_z"] is None
+    pages = [e["pages"] for e in body["evaluations"]]
+    assert pages[0] == {"own_before": [5.0, 5.0], "own_after": [4.8, 5.0], "heldout_before": [5.0, 5.0]}
+    assert pages[1:] == [None, None]
     assert second["drift"] == 0.0
 
 

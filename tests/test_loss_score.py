@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from scoring.loss_score import (
     LossScoreConfig,
@@ -19,6 +20,7 @@ from scoring.loss_score import (
     apply_sparse,
     evaluate_peers,
     mean_loss,
+    paged_loss,
     restore,
     retention,
     score_losses,
@@ -104,7 +106,30 @@ def test_model_is_bit_identical_after_many_peers() -> None:
     assert len({r.loss_rand_before for r in results}) == 1  # shared held-out loss_before
     assert all(r.loss_own_after != r.loss_own_before for r in results)  # the updates did take effect
     assert results[0].loss_own_before == pytest.approx(mean_loss(model, own), rel=0, abs=0)
+    # per page, from the same passes: every peer shares the held-out pages' losses before
+    held_pages = paged_loss(model, held).pages
+    for r in results:
+        assert r.pages is not None and r.pages.heldout_before == held_pages
+        assert len(r.pages.own_before) == len(r.pages.own_after) == sum(len(b) for b in own)
+        assert statistics.fmean(r.pages.heldout_after) == pytest.approx(r.loss_rand_after, rel=1e-6)
+        assert statistics.fmean(r.pages.own_after) == pytest.approx(r.loss_own_after, rel=1e-6)
     assert all(r.timings.forward_s > 0 and r.timings.total_s >= r.timings.forward_s for r in results)
+
+
+def test_page_losses_come_from_the_pass_that_measures_the_mean() -> None:
+    model = build_model(SMALL, seed=4)
+    data = token_batches(8)  # two batches of four pages
+    paged = paged_loss(model, data)
+    with torch.inference_mode():  # the mean is the cross-entropy sum measured before pages, to the bit
+        total = sum(
+            float(
+                F.cross_entropy(model(b[:, :-1]).float().flatten(0, 1), b[:, 1:].flatten(), reduction="sum")
+            )
+            for b in data
+        )
+    assert paged.mean == total / sum(b[:, 1:].numel() for b in data) == mean_loss(model, data)
+    assert len(paged.pages) == 8 and statistics.fmean(paged.pages) == pytest.approx(paged.mean, rel=1e-6)
+    assert paged.pages[5] == pytest.approx(mean_loss(model, [data[1][1:2]]), rel=1e-6)  # that page alone
 
 
 def test_clipping_to_reference_matches_a_prescaled_update() -> None:

@@ -105,6 +105,46 @@ def test_a_tie_counts_towards_the_rate_and_clear_minus_ones_do_not() -> None:
         RatingConfig(proof_tie=-0.01)
 
 
+def test_the_page_test_bars_a_peer_whose_margins_are_coin_flips_late_in_a_run() -> None:
+    """`lazy` beside `honest:4` over 24 windows (bench_fidelity's sizing, seed 0), as measured: once
+    held-out gains near 0 the relative margin is a ±1 coin flip with a positive mean, and the margin
+    rules proved it in 7 windows (it was aggregated in 10-12, 18 and 23). Its page test t stays near 0. An
+    honest peer's first margins (graded run, seed 1: 0.17, −0.05, 0.01) come with t of 2.5, −0.9,
+    0.2: not proven at its third evaluation, proven at its fourth."""
+    margins = [
+        0.018, -0.033, 0.058, -0.009, -0.015, 0.004, -0.026, 0.016, 0.072, 0.459, 0.501, -0.083,
+        -0.654, 0.02, -0.97, 0.367, 0.395, 1, -1, 1, -1, 1, 0.185, -1,
+    ]  # fmt: skip
+    ts = [
+        0.23, -0.47, 1.4, -0.35, -0.5, 0.14, -0.4, 0.17, 0.6, 1.7, 0.92, -0.2, -1.01, 0.05, -2.25, 1.0,
+        0.4, 1.51, -0.8, 0.49, -1.62, 0.53, 0.23, -0.39,
+    ]  # fmt: skip
+
+    def records(margins: list[float], ts: list[float] | None) -> list[PeerRating]:
+        state, out = RatingState(), []
+        for w, m in enumerate(margins):
+            own = 0.001 * (1.0 + m)
+            t = None if ts is None else ts[w]
+            outcome = ok("a", 0, 0.001, 1 if own > 0.001 else -1, own_gain=own, own_t=t)
+            state = update_ratings(state, w, [outcome], CFG)
+            out.append(state.peers["a"])
+        return out
+
+    assert [w + 1 for w, p in enumerate(records(margins, None)) if proven(p, CFG)] == [
+        10,
+        11,
+        12,
+        18,
+        20,
+        22,
+        23,
+    ]
+    lazy = records(margins, ts)
+    assert not any(proven(p, CFG) for p in lazy) and lazy[-1].proof_weight > 0
+    honest = records([0.17, -0.05, 0.01, 0.08], [2.51, -0.93, 0.24, 3.02])
+    assert [proven(p, CFG) for p in honest] == [False, False, False, True]
+
+
 def test_states_stored_before_new_fields_still_load() -> None:
     data = PeerRating("a", 0, 25.0, 8.0, evaluations=3).to_dict()
     del data["positives"]

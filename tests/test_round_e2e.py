@@ -110,6 +110,11 @@ def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> Non
     assert measured and all(r.stored["step_loss"] is not None for r in rows if r.stored["score"] is not None)
     moved_r = replace(measured[0], stored={**measured[0].stored, "retention": 0.5})
     assert moved_r.differences(0.0) == ["retention"]
+    # so is the page test's discounted sum (scoring/page_test.py), from recomputed page losses
+    proofs = [r for r in rows if r.stored["score"] is not None]
+    assert proofs and all(r.stored["proof"] is not None for r in proofs)
+    moved_p = replace(proofs[0], stored={**proofs[0].stored, "proof": proofs[0].stored["proof"] + 0.5})
+    assert moved_p.differences(0.0) == ["proof"]
 
 
 def test_replay_re_derives_recycled_work_from_the_archive(scenario: ScenarioRun) -> None:

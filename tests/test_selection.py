@@ -10,6 +10,7 @@ import torch
 
 from scoring.clipping import inflation
 from scoring.loss_score import PeerEval, Timings
+from scoring.page_test import PageLosses, page_t
 from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
 from scoring.selection import Candidate, SelectionConfig, select_aggregation
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
@@ -19,6 +20,7 @@ from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.rating import (
     RankingConfig,
     Resembling,
+    outcomes_of,
     rate_window,
     relative_retentions,
     select_window,
@@ -308,3 +310,21 @@ def test_one_wild_window_does_not_hold_an_honest_peer_out() -> None:
     assert rate_window(state, window(broken), 10, cfg, CopyCheck([])).peers["d"].retention == before
     with pytest.raises(ValueError, match="retention_clip"):
         RatingConfig(retention_clip=0.0)
+
+
+def test_the_page_test_reads_no_evidence_when_its_t_is_undefined() -> None:
+    """A peer cannot leave the page test out by making t undefined (pages without spread): that
+    window reads t = 0. Only an evaluation without page losses (stored before them) has none."""
+    flat = PageLosses((5.0, 5.0), (4.9, 4.9), (5.0, 5.0), (4.95, 4.95))
+    spread = PageLosses((5.0, 5.0), (4.8, 4.9), (5.0, 5.0), (4.99, 4.97))
+    peers = []
+    for u, (h, pages) in enumerate((("flat", flat), ("spread", spread), ("legacy", None))):
+        p = peer(h, u)
+        assert p.evaluation is not None
+        peers.append(replace(p, evaluation=replace(p.evaluation, pages=pages)))
+    measured = peers[1].evaluation
+    assert measured is not None
+    peers.append(replace(peer("invalid", 3, status="invalid"), evaluation=replace(measured, uid=3)))
+    own_t = {o.hotkey: o.own_t for o in outcomes_of(peers)}
+    assert own_t == {"flat": 0.0, "spread": page_t(spread), "legacy": None, "invalid": None}
+    assert own_t["spread"] is not None and own_t["spread"] > 0

@@ -8,6 +8,7 @@ from typing import get_args
 
 from api.schemas import EvaluationOut, Role
 from scoring.loss_score import PeerEval, Timings
+from scoring.page_test import PageLosses
 from scoring.ranking import PeerRating, Status
 from storage import models as m
 from storage.records import SELECTION_ROLES, SUBMISSION_STATUSES, EvaluationRecord, RatingRecord
@@ -25,7 +26,7 @@ def test_the_schema_names_the_selection_roles_storage_allows() -> None:
 
 def test_the_evaluation_fields_agree_everywhere() -> None:
     measured = {f.name for f in fields(PeerEval)} - {"uid", "timings"}
-    assert len(measured) == 8
+    assert len(measured) == 9
     assert {f.name for f in fields(EvaluationRecord)} == measured | {"hotkey", "timings"}
     assert set(EvaluationOut.model_fields) == measured | {"hotkey"}
     assert set(m.Evaluation.__table__.columns.keys()) == measured | {"window", "hotkey", "timings"}
@@ -38,6 +39,18 @@ def test_an_evaluation_record_carries_the_result_unchanged() -> None:
     assert [getattr(record, f) for f in ("loss_own_before", "loss_own_after", "indicator")] == [5.5, 5.25, -1]
     assert (record.loss_rand_before, record.loss_rand_after, record.score) == (5.0, 4.75, 0.05)
     assert record.own_gain == 0.0454
+    assert record.pages is None  # measured before the page test
+
+
+def test_an_evaluation_records_its_page_losses_as_json_lists() -> None:
+    pages = PageLosses((5.5, 5.25), (5.0, 5.125), (4.0, 6.0), (3.75, 6.0))
+    result = PeerEval(3, 5.375, 5.0625, 5.0, 4.875, 0.025, 0.058, 1, Timings(0, 0, 0, 0, 0), 4.5, pages)
+    record = EvaluationRecord.of("hk", result, {})
+    assert record.pages == {
+        "own_before": [5.5, 5.25], "own_after": [5.0, 5.125],
+        "heldout_before": [4.0, 6.0], "heldout_after": [3.75, 6.0],
+    }  # fmt: skip
+    assert set(record.pages) == {f.name for f in fields(PageLosses)}
 
 
 def test_storage_ordinal_is_the_ratings() -> None:

@@ -16,11 +16,12 @@ from scoring.eval_plan import EvalConfig, own_batches
 from scoring.loss_score import (
     Batches,
     LossScoreConfig,
+    PagedLoss,
     PeerEval,
     PeerJob,
     deterministic,
     evaluate_peers,
-    mean_loss,
+    paged_loss,
 )
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
@@ -47,7 +48,7 @@ class Evaluator(Protocol):
         *,
         reference: Mapping[str, float],
         cfg: LossScoreConfig,
-        loss_before: float | None = None,
+        before: PagedLoss | None = None,
     ) -> list[PeerEval]: ...
 
 
@@ -82,6 +83,7 @@ class Sample:
 class HeldOut:
     batches: Sequence[torch.Tensor]
     loss_before: float
+    pages: tuple[float, ...] = ()  # each page's loss before (the page test, scoring/page_test.py)
 
 
 NOT_EVALUATED = HeldOut((), math.nan)
@@ -93,7 +95,8 @@ def heldout(setup: EvalSetup) -> HeldOut:
     pages = heldout_from_seed(setup.seed.hex, n_pages=cfg.heldout_pages, dataset=dataset)
     data = batches(dataset, pages, cfg.batch_size)
     with deterministic(next(setup.model.parameters()).device):  # the same kernels as the per-peer losses
-        return HeldOut(data, mean_loss(setup.model, data))
+        before = paged_loss(setup.model, data)
+        return HeldOut(data, before.mean, before.pages)
 
 
 def evaluate_window(
@@ -157,7 +160,7 @@ def _evaluate_chosen(
         heldout=held.batches,
         reference=reference,
         cfg=setup.cfg.loss,
-        loss_before=held.loss_before,
+        before=PagedLoss(held.loss_before, held.pages),
     )
     results, failed = _isolated(run, jobs)
     device = str(next(setup.model.parameters()).device)

@@ -33,11 +33,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss", "retention", "drift",
+    "inflation", "step_loss", "retention", "drift", "proof",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention", "drift")
+LATER = ("inflation", "step_loss", "retention", "drift", "proof")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,8 @@ def _row(
         "retention": rating.state.get("retention") if rating else None,
         # the persistence check's evidence (scoring/persistence.py), re-derived from the stored sketches
         "drift": rating.state.get("drift") if rating else None,
+        # the page test's discounted sum (scoring/page_test.py), re-derived from recomputed page losses
+        "proof": rating.state.get("proof_sum") if rating else None,
     }
 
 

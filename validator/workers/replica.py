@@ -17,7 +17,15 @@ import torch
 
 from scoring.data import Dataset, batches, heldout_from_seed
 from scoring.eval_plan import own_batches
-from scoring.loss_score import Batches, PeerEval, PeerJob, deterministic, evaluate_peers, mean_loss
+from scoring.loss_score import (
+    Batches,
+    PagedLoss,
+    PeerEval,
+    PeerJob,
+    deterministic,
+    evaluate_peers,
+    paged_loss,
+)
 from scoring.model import build_model, select_device
 from storage.archive import SubmissionArchive
 from storage.checkpoints import AggregateStep, load_checkpoint
@@ -61,7 +69,7 @@ class Replica:
         # Weights come from a checkpoint at the first sync; until then the replica is at no window.
         self.state = GlobalModel(build_model(spec.model, device=self.device), base="", window=-1)
         # the window's held-out batches and their loss before any update, by (seed, position)
-        self._heldout: tuple[tuple[str, int, str], Batches, float] | None = None
+        self._heldout: tuple[tuple[str, int, str], Batches, PagedLoss] | None = None
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(socket.gethostname(), os.getpid(), str(self.device))
@@ -110,19 +118,19 @@ class Replica:
             raise StaleReplica(f"replica at {self.position}, job for window {job.window}")
         update = decode_archived(self.archive.get(job.content_digest), self.state.model, self.spec.codec)
         load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
-        heldout, loss_before = self._heldout_of(task.heldout_seed)
+        heldout, before = self._heldout_of(task.heldout_seed)
         results = evaluate_peers(
             self.state.model,
             [PeerJob(job.uid, update, load)],
             heldout,
             reference=task.reference,
             cfg=self.spec.eval.loss,
-            loss_before=loss_before,
+            before=before,
         )
         return results[0]
 
-    def _heldout_of(self, seed: str) -> tuple[Batches, float]:
-        """The held-out batches and the model's loss on them before any update, once per window.
+    def _heldout_of(self, seed: str) -> tuple[Batches, PagedLoss]:
+        """The held-out batches and the model's losses on them before any update, once per window.
 
         Measured here, on this replica's device, not taken from the validator: a peer's score compares
         losses, and both sides must come from the same device and kernels (on CPU the validator's
@@ -133,5 +141,5 @@ class Replica:
             pages = heldout_from_seed(seed, n_pages=cfg.heldout_pages, dataset=self.dataset)
             data = batches(self.dataset, pages, cfg.batch_size)
             with deterministic(self.device):  # as the validator's `heldout`
-                self._heldout = (key, data, mean_loss(self.state.model, data))
+                self._heldout = (key, data, paged_loss(self.state.model, data))
         return self._heldout[1], self._heldout[2]

@@ -1,0 +1,84 @@
+"""Proof of training that knows its own noise: a per-window test over evaluated pages.
+
+An update trained on the peer's assigned pages lowers the loss on them by more than on pages it
+never saw. How much more, against how noisy the pages are, is a two-sample question: Welch's t of
+the per-page relative gains on the peer's evaluated pages against the window's held-out pages
+(`page_t`). A peer that does not train on its own pages reads t ~ 0 ± 1 in every window, whatever the
+size of its gains; the relative margin `(own − score) / |score|` (scoring/proof.py) is a ±1 coin flip
+once held-out gains near 0, and it let a lazy peer prove training late in long demo runs.
+
+The ranking folds t into a discounted Stouffer sum (`fold`, `stouffer`): under no own-page effect it
+reads N(0, 1) after any number of windows, while honest peers' per-window t add up. Each window's t
+is clipped to ±`clip`, so one window cannot carry a proof for long, and older windows are discounted
+by `decay`, so a peer that stops training on its own pages loses the proof within a few windows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import fmean, variance
+
+
+@dataclass(frozen=True, slots=True)
+class PageLosses:
+    """Token-mean loss per evaluated page: the peer's own pages and the window's held-out pages,
+    before and after its update at β (scoring/loss_score.py)."""
+
+    own_before: tuple[float, ...]
+    own_after: tuple[float, ...]
+    heldout_before: tuple[float, ...]
+    heldout_after: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PageTestConfig:
+    """`z`: the discounted Stouffer sum a proven peer reaches; `clip`: one window's most say; `decay`:
+    the weight of the window before relative to this one (a memory of ~1/(1 − decay) windows).
+    Measured on demo runs (README, *Scoring fidelity*, eleventh round): from their fourth evaluation
+    honest and graded peers read at least 1.77, `lazy` at most 1.27 in 24 windows (at decay 0.9 the
+    ⅒-steps peer dipped to 1.63 and `lazy` rose to 1.36); z sits between them (one-sided 6.7 %)."""
+
+    z: float = 1.5
+    clip: float = 3.0
+    decay: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.clip <= 0 or not 0.0 < self.decay <= 1.0:
+            raise ValueError("need clip > 0 and 0 < decay <= 1")
+
+
+def page_t(pages: PageLosses) -> float | None:
+    """Welch's t of the relative per-page gains, own pages against held-out ones (each relative to
+    its set's mean loss before, as `score` and `own_gain` are); None when it is not defined (fewer
+    than two pages on a side, a non-finite loss, or no spread at all)."""
+    own = _relative_gains(pages.own_before, pages.own_after)
+    held = _relative_gains(pages.heldout_before, pages.heldout_after)
+    if own is None or held is None:
+        return None
+    spread = variance(own) / len(own) + variance(held) / len(held)
+    if not spread > 0.0 or not math.isfinite(spread):
+        return None
+    return (fmean(own) - fmean(held)) / math.sqrt(spread)
+
+
+def _relative_gains(before: tuple[float, ...], after: tuple[float, ...]) -> list[float] | None:
+    if len(before) != len(after) or len(before) < 2:
+        return None
+    if not all(math.isfinite(x) for x in (*before, *after)):
+        return None
+    scale = fmean(before)
+    if not scale > 0.0:
+        return None
+    return [(b - a) / scale for b, a in zip(before, after, strict=True)]
+
+
+def fold(total: float, weight: float, t: float, cfg: PageTestConfig) -> tuple[float, float]:
+    """The discounted sum and its variance under the null after one more window's t."""
+    t = max(-cfg.clip, min(cfg.clip, t))
+    return cfg.decay * total + t, cfg.decay * cfg.decay * weight + 1.0
+
+
+def stouffer(total: float, weight: float) -> float | None:
+    """The discounted Stouffer statistic; None before any window had a t."""
+    return total / math.sqrt(weight) if weight > 0.0 else None
