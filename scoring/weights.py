@@ -88,7 +88,10 @@ class PowerWeights:
     def compute(self, ranked: Sequence[tuple[int, float]]) -> dict[int, float]:
         scores = dict(ranked)
         order = _positive_in_rank_order(ranked)[: self.cfg.max_peers]
-        raw = {uid: scores[uid] ** self.cfg.power for uid in order}
+        # relative to the best score: a tiny best score to the power underflows to a subnormal,
+        # and normalising by a subnormal total lost 1.5 % of the weight (1.3e-161 squared)
+        best = scores[order[0]] if order else 1.0
+        raw = {uid: (scores[uid] / best) ** self.cfg.power for uid in order}
         return _with_burn(raw, self.cfg.burn_uid, self.cfg.burn_share)
 
 
