@@ -19,8 +19,9 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
   (scoring/persistence.py): each behaviour's highest long-lag similarity, and the peers whose
   evidence reached the alarm, which `persistence_gate` (off by default) would have left out.
 The warm-up is the first `WARMUP` windows: proof of training needs three evaluations (four when one
-of them was −1), so honest peers are first aggregated in window 3 or 4. The last
-line is one JSON object with every scenario's figures and the targets of issue 12.
+of them was −1, or when the page test's sum is not yet at 1.5: scoring/page_test.py), so honest
+peers are first aggregated in window 3 or 4. The last line is one JSON object with every
+scenario's figures and the targets of issue 12.
 """
 
 from __future__ import annotations

@@ -35,9 +35,11 @@ class PageLosses:
 class PageTestConfig:
     """`z`: the discounted Stouffer sum a proven peer reaches; `clip`: one window's most say; `decay`:
     the weight of the window before relative to this one (a memory of ~1/(1 − decay) windows).
-    Measured on demo runs (README, *Scoring fidelity*, eleventh round): from their fourth evaluation
-    honest and graded peers read at least 1.77, `lazy` at most 1.27 in 24 windows (at decay 0.9 the
-    ⅒-steps peer dipped to 1.63 and `lazy` rose to 1.36); z sits between them (one-sided 6.7 %)."""
+    Calibrated on demo runs (README, *Scoring fidelity*, eleventh round): from their fourth
+    evaluation honest and graded peers read 1.58 and more; `lazy` stayed under 1.3 except in two
+    windows of a 24-window mixed run (1.68). At decay 0.9 the ⅒-steps peer dipped to 1.63 and lost
+    its proof at 1.645. Under no effect, 1.5 is reached at least once in 8 windows by 16.5 % of
+    peers (simulated): the margin rules (scoring/proof.py) must hold as well."""
 
     z: float = 1.5
     clip: float = 3.0
