@@ -65,7 +65,7 @@ class EvaluationOut(Schema):
     # the held-out loss with the update applied at the probe step (5 β), not just at β: its gain there
     # against β's, scaled, is the update's retention (scoring/loss_score.py); none before 2026-12-01
     loss_rand_step: float | None = None
-    pages: dict[str, list[float]] | None = None  # own, held-out pages: losses before, after (page_test.py)
+    pages: dict[str, list[float | None]] | None = None  # own, held-out: losses before, after (page_test.py)
 
 
 class PenaltyOut(Schema):
@@ -96,7 +96,7 @@ class RatingOut(Schema):
     evaluations: int = Field(0, description="windows in which the peer was evaluated")
     positives: int = Field(0, description="evaluations with indicator +1 or a margin within proof_tie of 0")
     mean_margin: float = Field(0.0, description="mean relative own-data margin: the proof of training")
-    proof_z: float | None = Field(None, description="page test's discounted Stouffer sum; proven from 1.645")
+    proof_z: float | None = Field(None, description="page test's discounted Stouffer sum; proven from 1.5")
     links: dict[str, float] = Field(
         default_factory=dict, description="per other hotkey, evidence that their updates keep resembling "
         "each other (a pair at or above the alarm, 0.08 by default, is aggregated at most once)",

@@ -27,8 +27,11 @@ class EvalConfig:
     sampling: SamplingConfig = SamplingConfig()
 
     def __post_init__(self) -> None:
-        if min(self.pages_per_peer, self.eval_pages, self.heldout_pages, self.batch_size) < 1:
-            raise ValueError("page counts and batch size must be positive")
+        if self.batch_size < 1:
+            raise ValueError("batch size must be positive")
+        # the page test (scoring/page_test.py) reads the spread of each side's pages: two at least
+        if min(self.pages_per_peer, self.eval_pages, self.heldout_pages) < 2:
+            raise ValueError("page counts must be at least 2")
         if self.budget < 0:
             raise ValueError("budget must be >= 0")
 

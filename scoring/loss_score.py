@@ -217,7 +217,8 @@ class Baseline:
     loss_before: float
     reference: Mapping[str, float]
     cfg: LossScoreConfig
-    heldout_pages: tuple[float, ...] = ()  # each held-out page's loss before (none: no page test)
+    # each held-out page's loss before; empty only in a Baseline built by hand (benchmarks): no pages
+    heldout_pages: tuple[float, ...] = ()
 
 
 def evaluate_peer(
@@ -249,7 +250,11 @@ def evaluate_peer(
     score, own_gain, indicator = score_losses(
         own_before.mean, own_after.mean, base.loss_before, rand_after.mean
     )
-    pages = PageLosses(own_before.pages, own_after.pages, base.heldout_pages, rand_after.pages)
+    pages = (
+        PageLosses(own_before.pages, own_after.pages, base.heldout_pages, rand_after.pages)
+        if base.heldout_pages
+        else None
+    )
     apply_s, forward_s, restore_s = (
         (t2 - t1) + (t5 - t4),
         (t1 - t0) + (t3 - t2) + (t6 - t5),

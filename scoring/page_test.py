@@ -8,9 +8,9 @@ size of its gains; the relative margin `(own − score) / |score|` (scoring/proo
 once held-out gains near 0, and it let a lazy peer prove training late in long demo runs.
 
 The ranking folds t into a discounted Stouffer sum (`fold`, `stouffer`): under no own-page effect it
-reads N(0, 1) after any number of windows, while honest peers' per-window t add up. Each window's t
-is clipped to ±`clip`, so one window cannot carry a proof for long, and older windows are discounted
-by `decay`, so a peer that stops training on its own pages loses the proof within a few windows.
+reads N(0, 1) after any number of evaluations, while honest peers' t add up. Each evaluation's t is
+clipped to ±`clip`, so one window cannot carry a proof for long, and older evaluations are discounted
+by `decay`, so a peer that stops training on its own pages loses the proof in bounded time.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ class PageLosses:
 
 @dataclass(frozen=True, slots=True)
 class PageTestConfig:
-    """`z`: the discounted Stouffer sum a proven peer reaches; `clip`: one window's most say; `decay`:
-    the weight of the window before relative to this one (a memory of ~1/(1 − decay) windows).
+    """`z`: the discounted Stouffer sum a proven peer reaches; `clip`: one evaluation's most say;
+    `decay`: the weight of the evaluation before relative to this one (a memory of ~1/(1 − decay)).
     Calibrated on demo runs (README, *Scoring fidelity*, eleventh round): from their fourth
     evaluation honest and graded peers read 1.58 and more; `lazy` stayed under 1.3 except in two
     windows of a 24-window mixed run (1.68). At decay 0.9 the ⅒-steps peer dipped to 1.63 and lost

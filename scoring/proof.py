@@ -36,13 +36,23 @@ def proven(peer: PeerRating, cfg: RatingConfig) -> bool:
     """Has the peer proven that it trains on its own data (module docstring)?"""
     if (n := peer.evaluations) < max(cfg.proof_min_evaluations, 1) or peer.margin_sum / n < cfg.proof_margin:
         return False
-    # none when no evaluation measured pages (stored before the page test): the other rules alone
-    if (z := stouffer(peer.proof_sum, peer.proof_weight)) is not None and z < cfg.page_test.z:
+    # the page test once its evaluations weigh as much as the proof's minimum: a peer rated before
+    # page losses were measured keeps the proof it had until then, judged by the other rules alone
+    z = stouffer(peer.proof_sum, peer.proof_weight)
+    if z is not None and peer.proof_weight >= _least_weight(cfg) and z < cfg.page_test.z:
         return False
     z2, rate = cfg.proof_z**2, peer.positives / n
     centre = rate + z2 / (2 * n)
     spread = cfg.proof_z * math.sqrt(rate * (1.0 - rate) / n + z2 / (4 * n * n))
     return (centre - spread) / (1.0 + z2 / n) >= cfg.proof_rate
+
+
+def _least_weight(cfg: RatingConfig) -> float:
+    """The page test's weight after `proof_min_evaluations` evaluations (the same folds, the same bits)."""
+    weight = 0.0
+    for _ in range(max(cfg.proof_min_evaluations, 1)):
+        weight = cfg.page_test.decay * cfg.page_test.decay * weight + 1.0
+    return weight
 
 
 def positive(o: PeerOutcome, cfg: RatingConfig) -> bool:

@@ -141,7 +141,7 @@ class Evaluation(Base):
     indicator: Mapped[int]
     timings: Mapped[dict[str, Any]]
     loss_rand_step: Mapped[float | None]
-    pages: Mapped[dict[str, Any] | None]  # losses per page (scoring/page_test.py)
+    pages: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))  # scoring/page_test.py
 
 
 class Rating(Base):

@@ -98,13 +98,11 @@ class EvaluationRecord:
             raise ValueError(f"indicator must be -1 or +1, got {self.indicator}")
 
     @classmethod
-    def of(cls, hotkey: str, result: object, timings: JsonMap) -> EvaluationRecord:
-        """The record of a result with these fields' names (scoring.loss_score.PeerEval): named once here."""
-        names = [f.name for f in fields(cls) if f.name not in ("hotkey", "timings")]
-        measured = {n: getattr(result, n) for n in names}
-        if (pages := measured["pages"]) is not None:  # a dataclass of float tuples, stored as JSON lists
-            measured["pages"] = {f.name: list(getattr(pages, f.name)) for f in fields(pages)}
-        return cls(hotkey=hotkey, timings=timings, **measured)
+    def of(cls, hotkey: str, result: object, timings: JsonMap, pages: JsonMap | None) -> EvaluationRecord:
+        """The record of a result with these fields' names (scoring.loss_score.PeerEval), its timings
+        and per-page losses as JSON: the measured fields are named once, here."""
+        names = [f.name for f in fields(cls) if f.name not in ("hotkey", "timings", "pages")]
+        return cls(hotkey=hotkey, timings=timings, pages=pages, **{n: getattr(result, n) for n in names})
 
 
 @dataclass(frozen=True, slots=True)

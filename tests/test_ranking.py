@@ -145,6 +145,19 @@ def test_the_page_test_bars_a_peer_whose_margins_are_coin_flips_late_in_a_run() 
     assert [proven(p, CFG) for p in honest] == [False, False, False, True]
 
 
+def test_a_peer_proven_before_page_losses_were_measured_keeps_its_proof_until_the_test_has_evidence() -> None:
+    """An upgrade must not unprove established peers on one window's t: the page test applies once
+    its evaluations weigh as much as the proof's minimum (three), as for a new peer."""
+    legacy = PeerRating("a", 0, 25.0, 8.0, evaluations=10, positives=10, margin_sum=1.0)
+    assert proven(legacy, CFG)
+    state = RatingState({"a": legacy}, 9)
+    seen = []
+    for w, t in enumerate((0.2, -0.3, 0.1, 2.0), start=10):
+        state = update_ratings(state, w, [ok("a", 0, 0.01, own_gain=0.011, own_t=t)], CFG)
+        seen.append(proven(state.peers["a"], CFG))
+    assert seen == [True, True, False, False]  # from the third window with pages: its sum near 0, then 1.05
+
+
 def test_states_stored_before_new_fields_still_load() -> None:
     data = PeerRating("a", 0, 25.0, 8.0, evaluations=3).to_dict()
     del data["positives"]

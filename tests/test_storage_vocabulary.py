@@ -3,6 +3,8 @@ its own, so the names and values they repeat are checked against the one definit
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import fields
 from typing import get_args
 
@@ -12,6 +14,7 @@ from scoring.page_test import PageLosses
 from scoring.ranking import PeerRating, Status
 from storage import models as m
 from storage.records import SELECTION_ROLES, SUBMISSION_STATUSES, EvaluationRecord, RatingRecord
+from validator.round.recording import evaluation_record
 
 
 def test_storage_records_every_submission_status_of_the_enum() -> None:
@@ -34,7 +37,7 @@ def test_the_evaluation_fields_agree_everywhere() -> None:
 
 def test_an_evaluation_record_carries_the_result_unchanged() -> None:
     result = PeerEval(3, 5.5, 5.25, 5.0, 4.75, 0.05, 0.0454, -1, Timings(0.0, 0.1, 0.2, 0.3, 0.6))
-    record = EvaluationRecord.of("hk", result, {"total_s": 0.6})
+    record = EvaluationRecord.of("hk", result, {"total_s": 0.6}, None)
     assert (record.hotkey, record.timings) == ("hk", {"total_s": 0.6})
     assert [getattr(record, f) for f in ("loss_own_before", "loss_own_after", "indicator")] == [5.5, 5.25, -1]
     assert (record.loss_rand_before, record.loss_rand_after, record.score) == (5.0, 4.75, 0.05)
@@ -43,14 +46,17 @@ def test_an_evaluation_record_carries_the_result_unchanged() -> None:
 
 
 def test_an_evaluation_records_its_page_losses_as_json_lists() -> None:
-    pages = PageLosses((5.5, 5.25), (5.0, 5.125), (4.0, 6.0), (3.75, 6.0))
+    """As the round records them: a non-finite page loss is null (JSON has no NaN, and Postgres
+    refuses the token: one such value would fail the window's commit)."""
+    pages = PageLosses((5.5, 5.25), (5.0, math.nan), (4.0, 6.0), (3.75, math.inf))
     result = PeerEval(3, 5.375, 5.0625, 5.0, 4.875, 0.025, 0.058, 1, Timings(0, 0, 0, 0, 0), 4.5, pages)
-    record = EvaluationRecord.of("hk", result, {})
+    record = evaluation_record("hk", result)
     assert record.pages == {
-        "own_before": [5.5, 5.25], "own_after": [5.0, 5.125],
-        "heldout_before": [4.0, 6.0], "heldout_after": [3.75, 6.0],
+        "own_before": [5.5, 5.25], "own_after": [5.0, None],
+        "heldout_before": [4.0, 6.0], "heldout_after": [3.75, None],
     }  # fmt: skip
     assert set(record.pages) == {f.name for f in fields(PageLosses)}
+    assert json.loads(json.dumps(record.pages, allow_nan=False)) == record.pages
 
 
 def test_storage_ordinal_is_the_ratings() -> None:

@@ -80,9 +80,10 @@ class Settings(BaseSettings):
     device: str = "auto"
     public_seed: str = "gauntlet"
     validator_secret: SecretStr = SecretStr(DEV_SECRET)
-    pages_per_peer: int = Field(default=16, ge=1)
-    eval_pages: int = Field(default=8, ge=1)
-    heldout_pages: int = Field(default=8, ge=1)
+    # two pages a side at least: the proof's page test reads their spread (scoring/page_test.py)
+    pages_per_peer: int = Field(default=16, ge=2)
+    eval_pages: int = Field(default=8, ge=2)
+    heldout_pages: int = Field(default=8, ge=2)
     batch_size: int = Field(default=8, ge=1)
     eval_budget: int = Field(default=256, ge=0)  # peers evaluated per window at most
     # evaluation workers (docs/cluster.md): 0 evaluates in this process, N > 0 on N Ray workers (a

@@ -64,12 +64,15 @@ def submission_record(
 
 
 def _finite(seconds: float | None) -> float | None:
-    """An unbounded resolution is stored as NULL (JSON and some databases have no infinity)."""
+    """An unbounded resolution, or a non-finite loss, is stored as NULL (JSON has no NaN or infinity)."""
     return seconds if seconds is not None and math.isfinite(seconds) else None
 
 
 def evaluation_record(hotkey: str, e: PeerEval) -> EvaluationRecord:
-    return EvaluationRecord.of(hotkey, e, asdict(e.timings))
+    # per-page losses as JSON lists: a non-finite one as null (JSON has no NaN, and Postgres refuses
+    # the token, which would fail the window's commit)
+    pages = None if e.pages is None else {k: [_finite(v) for v in vs] for k, vs in asdict(e.pages).items()}
+    return EvaluationRecord.of(hotkey, e, asdict(e.timings), pages)
 
 
 def recordable(peers: Sequence[PeerWindow], window: int) -> list[PeerWindow]:
