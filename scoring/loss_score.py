@@ -123,11 +123,12 @@ class PagedLoss:
 
 def mean_loss(model: LlamaModel, batches: Batches) -> float:
     """Token-mean next-token cross-entropy over all batches (each (B, T+1) int64), inference mode."""
-    return paged_loss(model, batches).mean
+    return paged_loss(model, batches, per_page=False).mean
 
 
-def paged_loss(model: LlamaModel, batches: Batches) -> PagedLoss:
-    """`mean_loss` and the same per page, from one forward pass."""
+def paged_loss(model: LlamaModel, batches: Batches, *, per_page: bool = True) -> PagedLoss:
+    """`mean_loss` and the same per page, from one forward pass (`per_page` False: the mean alone,
+    as the probe step and the demo's held-out figure need)."""
     device = next(model.parameters()).device
     total, count, pages = 0.0, 0, []
     with torch.inference_mode():
@@ -140,8 +141,9 @@ def paged_loss(model: LlamaModel, batches: Batches) -> PagedLoss:
             # losses come from the same log-probabilities
             logp = logits.float().flatten(0, 1).log_softmax(-1)
             total += float(F.nll_loss(logp, targets.flatten(), reduction="sum"))
-            per_token = F.nll_loss(logp, targets.flatten(), reduction="none")
-            pages.extend(per_token.view(targets.shape).double().mean(1).tolist())
+            if per_page:
+                per_token = F.nll_loss(logp, targets.flatten(), reduction="none")
+                pages.extend(per_token.view(targets.shape).double().mean(1).tolist())
             count += targets.numel()
     if count == 0:
         raise ValueError("no tokens to evaluate")

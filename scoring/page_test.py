@@ -64,6 +64,16 @@ def page_t(pages: PageLosses) -> float | None:
     return (fmean(own) - fmean(held)) / math.sqrt(spread)
 
 
+def own_t(pages: PageLosses | None) -> float | None:
+    """What an evaluation adds to the page test: its t; 0 (no evidence) when the pages were measured
+    and t is not defined, so no update can leave the test out by making it undefined; None only
+    without page losses (evaluations stored before them)."""
+    if pages is None:
+        return None
+    t = page_t(pages)
+    return 0.0 if t is None else t
+
+
 def _relative_gains(before: tuple[float, ...], after: tuple[float, ...]) -> list[float] | None:
     if len(before) != len(after) or len(before) < 2:
         return None

@@ -9,9 +9,10 @@ from dataclasses import fields
 from typing import get_args
 
 from api.schemas import EvaluationOut, Role
+from api.window_views import rating_out
 from scoring.loss_score import PeerEval, Timings
-from scoring.page_test import PageLosses
-from scoring.ranking import PeerRating, Status
+from scoring.page_test import PageLosses, fold, stouffer
+from scoring.ranking import PeerRating, RatingConfig, Status
 from storage import models as m
 from storage.records import SELECTION_ROLES, SUBMISSION_STATUSES, EvaluationRecord, RatingRecord
 from validator.round.recording import evaluation_record
@@ -63,3 +64,17 @@ def test_storage_ordinal_is_the_ratings() -> None:
     peer = PeerRating("hk", 1, mu=27.3, sigma=6.1)
     record = RatingRecord("hk", 1, mu=peer.mu, sigma=peer.sigma, bma=0.0, final_score=0.0)
     assert record.ordinal == peer.ordinal == 27.3 - 3 * 6.1
+
+
+def test_the_api_reads_the_page_test_statistic_as_scoring_computes_it() -> None:
+    """The API cannot import scoring: its `proof_z` is the stored sum over the root of its weight,
+    which must stay `scoring.page_test.stouffer` of a state the ranking wrote."""
+    cfg = RatingConfig().page_test
+    total, weight = 0.0, 0.0
+    for t in (2.5, -0.9, 0.2, 3.0):
+        total, weight = fold(total, weight, t, cfg)
+    peer = PeerRating("hk", 1, 25.0, 8.0, evaluations=4, proof_sum=total, proof_weight=weight)
+    record = RatingRecord("hk", 1, mu=25.0, sigma=8.0, bma=0.0, final_score=0.0, state=peer.to_dict())
+    assert rating_out(record).proof_z == stouffer(total, weight)
+    unmeasured = RatingRecord("hk", 1, 25.0, 8.0, 0.0, 0.0, state=PeerRating("hk", 1, 25.0, 8.0).to_dict())
+    assert rating_out(unmeasured).proof_z is None and stouffer(0.0, 0.0) is None

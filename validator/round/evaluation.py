@@ -82,11 +82,14 @@ class Sample:
 @dataclass(frozen=True, slots=True)
 class HeldOut:
     batches: Sequence[torch.Tensor]
-    loss_before: float
-    pages: tuple[float, ...] = ()  # each page's loss before (the page test, scoring/page_test.py)
+    before: PagedLoss  # the mean and each page's loss (the page test, scoring/page_test.py)
+
+    @property
+    def loss_before(self) -> float:
+        return self.before.mean
 
 
-NOT_EVALUATED = HeldOut((), math.nan)
+NOT_EVALUATED = HeldOut((), PagedLoss(math.nan, ()))
 
 
 def heldout(setup: EvalSetup) -> HeldOut:
@@ -95,8 +98,7 @@ def heldout(setup: EvalSetup) -> HeldOut:
     pages = heldout_from_seed(setup.seed.hex, n_pages=cfg.heldout_pages, dataset=dataset)
     data = batches(dataset, pages, cfg.batch_size)
     with deterministic(next(setup.model.parameters()).device):  # the same kernels as the per-peer losses
-        before = paged_loss(setup.model, data)
-        return HeldOut(data, before.mean, before.pages)
+        return HeldOut(data, paged_loss(setup.model, data))
 
 
 def evaluate_window(
@@ -160,7 +162,7 @@ def _evaluate_chosen(
         heldout=held.batches,
         reference=reference,
         cfg=setup.cfg.loss,
-        before=PagedLoss(held.loss_before, held.pages),
+        before=held.before,
     )
     results, failed = _isolated(run, jobs)
     device = str(next(setup.model.parameters()).device)

@@ -10,8 +10,8 @@ from statistics import median
 
 from scoring.clipping import clipped_mass, inflation
 from scoring.links import LinkConfig, linked_pairs, update_links
-from scoring.loss_score import PeerEval, retention
-from scoring.page_test import page_t
+from scoring.loss_score import retention
+from scoring.page_test import own_t
 from scoring.persistence import PersistenceConfig, drifting
 from scoring.proof import proven
 from scoring.ranking import (
@@ -64,19 +64,10 @@ def outcomes_of(
                 copy_tier=p.copy_tier,
                 own_gain=e.own_gain if e is not None and p.valid else None,
                 retention=relative.get(p.hotkey),
-                own_t=_own_t(e) if e is not None and p.valid else None,
+                own_t=own_t(e.pages) if e is not None and p.valid else None,
             )
         )
     return out
-
-
-def _own_t(e: PeerEval) -> float | None:
-    """The page test's t; 0 (no evidence) when the pages were measured and t is not defined, so no
-    update can leave the test out by making it undefined; None only without page losses."""
-    if e.pages is None:
-        return None
-    t = page_t(e.pages)
-    return 0.0 if t is None else t
 
 
 # A full-size update sits at least this × the clip reference (clipping.inflation): honest ones at
