@@ -15,6 +15,9 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
 - `adversary_selections`: adversarial peers aggregated after the warm-up (window, peer pairs);
 - `framed`: honest peers ever invalidated or banned;
 - `spearman`: leaderboard position against true contribution, honest peers only;
+- `adversary_weight`: the adversaries' share of the chain weights the validator would set, the
+  mean over windows after the warm-up and at the last window (`adversary_weight_last`): what
+  cheating earns even when it is never aggregated;
 - `drift_similarity_peak`, `drift_alarmed`, `drift_alarmed_honest`: the persistence check's figures
   (scoring/persistence.py): each behaviour's highest long-lag similarity, and the peers whose
   evidence reached the alarm, which `persistence_gate` (off by default) would have left out.
@@ -49,6 +52,7 @@ from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
 from validator.demo.sim.plugins import parse_peers  # noqa: E402
 from validator.demo.summary import DemoSummary  # noqa: E402
+from validator.round.rating import weights_for  # noqa: E402
 
 WARMUP = 3
 HONEST = "honest:4"
@@ -73,6 +77,7 @@ VARIANTS = {"poison_strong": f"{HONEST},poison_strong:1"}
 TARGETS = {
     "coverage": 1.0,
     "adversary_selections": 0,
+    "adversary_weight": 0.0,
     "loss_ratio_max": 1.02,
     "spearman_min": 0.9,
     "framed": 0,
@@ -137,6 +142,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
     summary = DemoSummary(behaviour)
     honest = {h for h, b in behaviour.items() if b in HONEST_CONTRIBUTION}
     covered, adversary, framed, started = [], 0, set(), time.perf_counter()
+    earned: list[float] = []
     drift = DriftSeen()
     first = runner.next_window
     for window in range(first, first + windows):
@@ -149,6 +155,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         if window - first >= WARMUP:
             covered.append(len(chosen & honest) / max(len(honest), 1))
             adversary += len(chosen - honest)
+            earned.append(adversary_share(runner, window, honest))
         drift.add(runner, behaviour, honest)
     result = summary.to_json(runner.state.ratings)
     return {
@@ -159,9 +166,21 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         "adversary_selections": adversary,
         "framed": len(framed),
         "spearman": result["spearman"],
+        "adversary_weight": round(sum(earned) / len(earned), 4) if earned else None,
+        "adversary_weight_last": round(earned[-1], 4) if earned else None,
         "selected_behaviours": [w["selected_behaviours"] for w in result["windows"]],
         "seconds": round(time.perf_counter() - started, 1),
     } | drift.figures()
+
+
+def adversary_share(runner: DemoRunner, window: int, honest: set[str]) -> float:
+    """The share of the chain weights (the validator's own policy, after `window`) held by peers
+    that are not honest."""
+    weigher = runner.round.weigher
+    weights = weights_for(runner.state.ratings, window, weigher.policy, weigher.schedule.every)
+    adversarial = {r.uid for h, r in runner.state.ratings.peers.items() if h not in honest}
+    total = sum(weights.values())
+    return sum(w for u, w in weights.items() if u in adversarial) / total if total > 0 else 0.0
 
 
 def main() -> None:
@@ -206,7 +225,10 @@ def main() -> None:
     print(json.dumps({"windows": windows, "warmup": WARMUP, "targets": TARGETS, "scenarios": figures}))
 
 
-SPREAD = ("loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "framed", "spearman")
+SPREAD = (
+    "loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "adversary_weight", "framed",
+    "spearman",
+)  # fmt: skip
 
 
 def seeded(k: int) -> None:

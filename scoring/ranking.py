@@ -4,8 +4,8 @@ The state is an explicit value: `update_ratings(state, window, outcomes, cfg)` r
 and touches nothing else, so storage can persist it and replay can recompute it bit for bit.
 
 Choices where the design leaves room (all configurable):
-- the BMA warm-up counts *evaluated* windows (the windows in which the BMA moved); the 0.10 gate
-  applies from the (warm-up + 1)-th evaluation on, to the final score only (the stored BMA is kept);
+- the final score is a proven peer's ordinal × sync: one −1 indicator (a coin flip for honest peers)
+  cost a full peer 23 % as a factor; the BMA gates it from the (warm-up + 1)-th *evaluation* on;
 - a valid submission that was not sampled for evaluation keeps its final score as it was;
 - only evaluated peers enter the match: missing or invalid peers are penalised on their own, not
   beaten as opponents (that lifted every evaluated peer, cheaters too);
@@ -29,7 +29,7 @@ from openskill.models import PlackettLuce
 
 from scoring.page_test import PageTestConfig
 from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
-from scoring.proof import with_evidence
+from scoring.proof import proven, with_evidence
 from scoring.uniqueness import CopyTier
 
 
@@ -133,6 +133,7 @@ class PeerRating:
     retention_windows: int = 0
     drift: float = 0.0  # evidence it keeps a direction of its own across windows (scoring/persistence.py)
     drift_similarity: float | None = None  # this window's long-lag similarity; None: not measured
+    last_aggregated: int | None = None  # the last window that aggregated its update (earnings.py)
 
     @property
     def ordinal(self) -> float:
@@ -170,22 +171,17 @@ class RatingState:
         return RatingState({p.hotkey: p for p in peers}, data["window"])
 
 
-def ranked_by_uid(state: RatingState, window: int) -> list[tuple[int, float]]:
-    """(uid, final score) for weight policies, best first; banned peers score 0."""
-    pairs = [(p.uid, 0.0 if p.banned(window) else p.final) for p in state.peers.values()]
-    return sorted(pairs, key=lambda r: (-r[1], r[0]))
-
-
 def fresh_rating(hotkey: str, uid: int, cfg: RatingConfig) -> PeerRating:
     return PeerRating(hotkey=hotkey, uid=uid, mu=cfg.mu, sigma=cfg.sigma)
 
 
 def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
-    """`max(ordinal, 0) × bma × sync`, the BMA gated to 0 below the threshold after warm-up."""
-    bma = peer.bma
-    if peer.evaluations > cfg.bma_warmup and bma < cfg.bma_threshold:
-        bma = 0.0
-    return max(peer.ordinal, 0.0) * max(bma, 0.0) * sync
+    """`max(ordinal, 0) × sync` once the peer has proven its training (proof.py), else 0; also 0 with
+    a BMA ≤ 0, or under its threshold after warm-up. A gate, not DESIGN §7's factor: README says why."""
+    low = peer.bma <= 0.0 or (peer.evaluations > cfg.bma_warmup and peer.bma < cfg.bma_threshold)
+    if low or not proven(peer, cfg):
+        return 0.0
+    return max(peer.ordinal, 0.0) * sync
 
 
 def update_bma(bma: float, indicator: float, alpha: float) -> float:

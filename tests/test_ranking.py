@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -177,15 +178,23 @@ def test_bma_after_consecutive_positive_indicators() -> None:
     assert values == pytest.approx([0.05, 0.0975, 0.142625], abs=1e-15)
 
 
-def test_final_score_formula_and_gate() -> None:
-    p = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.5, evaluations=3)
-    assert final_score(p, 1.0, CFG) == pytest.approx(15.0 * 0.5)
-    assert final_score(p, 0.5, CFG) == pytest.approx(15.0 * 0.5 * 0.5)
-    low = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.09, evaluations=10)
-    assert final_score(low, 1.0, CFG) == pytest.approx(15.0 * 0.09)  # still warming up
-    assert final_score(PeerRating("a", 0, 30.0, 5.0, 0.09, 11), 1.0, CFG) == 0.0
-    assert final_score(PeerRating("a", 0, 14.0, 5.0, 0.9, 11), 1.0, CFG) == 0.0  # negative ordinal
-    assert final_score(PeerRating("a", 0, 30.0, 5.0, -0.2, 1), 1.0, CFG) == 0.0  # negative bma
+def test_final_score_is_a_proven_peers_ordinal_gated_by_the_bma() -> None:
+    evidence = {"evaluations": 3, "positives": 3, "margin_sum": 0.3}
+    p = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.5, **evidence)
+    assert final_score(p, 1.0, CFG) == 15.0
+    assert final_score(p, 0.5, CFG) == 7.5
+    # the BMA does not scale: one −1 indicator among +1s is noise, not less work
+    assert final_score(replace(p, bma=0.26), 1.0, CFG) == final_score(replace(p, bma=0.34), 1.0, CFG)
+    # ... it gates: after warm-up under its threshold, or never positive
+    assert final_score(replace(p, bma=0.09, evaluations=10, positives=10, margin_sum=1.0), 1.0, CFG) == 15.0
+    assert final_score(replace(p, bma=0.09, evaluations=11, positives=11, margin_sum=1.1), 1.0, CFG) == 0.0
+    assert final_score(replace(p, bma=-0.2), 1.0, CFG) == 0.0
+    assert final_score(replace(p, mu=14.0), 1.0, CFG) == 0.0  # negative ordinal
+    # nothing before the proof of training: too few evaluations, no margin, a failed page test
+    assert final_score(replace(p, evaluations=2, positives=2, margin_sum=0.2), 1.0, CFG) == 0.0
+    assert final_score(replace(p, margin_sum=0.0), 1.0, CFG) == 0.0
+    assert final_score(replace(p, proof_sum=1.0, proof_weight=3.0), 1.0, CFG) == 0.0
+    assert final_score(replace(p, proof_sum=3.0, proof_weight=3.0), 1.0, CFG) == 15.0
 
 
 def test_penalty_helpers() -> None:

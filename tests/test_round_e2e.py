@@ -55,7 +55,9 @@ def test_after_warm_up_honest_peers_rank_first_and_alone_are_aggregated(scenario
     honest = [finals[h] for h, b in behaviour.items() if b == "honest"]
     cheats = [finals.get(h, 0.0) for h, b in behaviour.items() if b in ADVERSARIES]
     assert min(honest) > 0.0
-    assert min(honest) > max(cheats), (honest, cheats)
+    # no cheat has proven training of its own, so none earns a final score (and chain weight): the
+    # lazy peer's updates lower held-out loss, which under DESIGN's BMA factor still paid it
+    assert max(cheats) == 0.0, (honest, cheats)
     for window in SETTLED:
         report = scenario.reports[window - FIRST]
         chosen = {behaviour[h] for h in report.selection.gather}

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from scoring.clipping import inflation
+from scoring.earnings import ranked_by_uid, with_aggregated
 from scoring.loss_score import PeerEval, Timings
 from scoring.page_test import PageLosses, page_t
-from scoring.ranking import PeerRating, RatingConfig, RatingState, ranked_by_uid
+from scoring.ranking import PeerRating, RatingConfig, RatingState
 from scoring.selection import Candidate, SelectionConfig, select_aggregation
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
 from scoring.uniqueness import CopyCheck
@@ -79,8 +80,14 @@ def test_select_window_reads_bans_streaks_and_proof_from_the_ratings() -> None:
     # b banned, c on a losing streak, e unproven, f invalid, g unrated: a and d remain, by final score
     assert (sel.gather, sel.reserve) == (("a",), ("d",))
     assert select_window(state, [peer("b", 1)], 10, cfg).gather == ("b",)  # the ban is over
-    # the weights read the same state: banned peers count 0 until the ban ends
-    assert ranked_by_uid(state, 5) == [(4, 8.0), (5, 7.0), (2, 5.0), (0, 3.0), (3, 1.0), (1, 0.0)]
+    # the weights read the same state, for peers aggregated lately: banned peers count 0 until the
+    # ban ends, and the gathered peer is paid from this window on
+    assert ranked_by_uid(state, 5, 3) == [(0, 0.0), (1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0), (5, 0.0)]
+    paid = with_aggregated(state, set("abcdef"), 4)
+    assert ranked_by_uid(paid, 5, 3) == [(4, 8.0), (5, 7.0), (2, 5.0), (0, 3.0), (3, 1.0), (1, 0.0)]
+    assert ranked_by_uid(paid, 6, 3)[0] == (4, 8.0)
+    assert ranked_by_uid(paid, 7, 3)[0] == (0, 0.0)  # aggregated three windows before: the set is past it
+    assert ranked_by_uid(with_aggregated(state, sel.gather, 5), 5, 1)[0] == (0, 3.0)  # a, the gathered one
 
 
 def test_select_window_takes_the_gain_from_the_evaluation() -> None:

@@ -146,7 +146,7 @@ def test_failed_weights_are_recorded_and_retried_next_window() -> None:
     chain, records = _Chain(fail=1), []
     lock, every_3 = LeaderLock(None, "v"), WeightSchedule(3)
     weigher = Weigher(chain, RankWeights(), lock, records.append, every_3, Metrics())  # type: ignore[arg-type]
-    state = RatingState({"h": PeerRating("h", 4, 30.0, 1.0, bma=0.5, final=2.0)}, 3)
+    state = RatingState({"h": PeerRating("h", 4, 30.0, 1.0, bma=0.5, final=2.0, last_aggregated=3)}, 3)
     assert weigher.maybe_set(1, state) is None  # not due
     first = weigher.maybe_set(3, state)
     assert first is not None and first.outcome == "failed" and "unreachable" in (first.error or "")
@@ -156,6 +156,9 @@ def test_failed_weights_are_recorded_and_retried_next_window() -> None:
     assert [r.outcome for r in records] == ["failed", "ok"] and all(
         isinstance(r, WeightSetRecord) for r in records
     )
+    # window 6's set covers windows 4-6, which aggregated nothing of it: nobody is paid
+    idle = weigher.maybe_set(6, state)
+    assert idle is not None and idle.outcome == "skipped" and not idle.uids
 
 
 def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -> None:

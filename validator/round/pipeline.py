@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
+from scoring.earnings import with_aggregated
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.recycling import EarlierRows
@@ -160,4 +161,4 @@ def _rate(
     selection = select_window(
         ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking), reference
     )
-    return ratings, selection
+    return with_aggregated(ratings, selection.gather, ctx.window), selection  # what weights pay for

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from scoring.clipping import clipped_mass, inflation
+from scoring.earnings import ranked_by_uid
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
 from scoring.page_test import own_t
@@ -19,7 +20,6 @@ from scoring.ranking import (
     RatingConfig,
     RatingState,
     Status,
-    ranked_by_uid,
     update_ratings,
 )
 from scoring.selection import Candidate, Selection, SelectionConfig, select_aggregation
@@ -189,6 +189,7 @@ def select_window(
     return select_aggregation(candidates, cfg.selection, kin.twins)
 
 
-def weights_for(state: RatingState, window: int, policy: WeightPolicy) -> dict[int, float]:
-    """`{uid: weight}` from the final scores after `window` (banned peers get nothing)."""
-    return policy.compute(ranked_by_uid(state, window))
+def weights_for(state: RatingState, window: int, policy: WeightPolicy, paid_windows: int) -> dict[int, float]:
+    """`{uid: weight}` from the final scores after `window`, for peers aggregated in the last
+    `paid_windows` windows (scoring/earnings.py); banned peers get nothing."""
+    return policy.compute(ranked_by_uid(state, window, paid_windows))

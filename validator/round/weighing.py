@@ -52,12 +52,13 @@ class Weigher:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
         if not self.schedule.due(window):
             return None
-        weights = weights_for(ratings, window, self.policy)
+        # pays the work aggregated since the last weight set: the schedule's period (scoring/earnings.py)
+        weights = weights_for(ratings, window, self.policy, self.schedule.every)
         uids = sorted(weights)
         values = [weights[u] for u in uids]
         if not weights:
             return self._done(
-                WeightSetRecord(window, None, [], [], "skipped", "no peer has a positive score")
+                WeightSetRecord(window, None, [], [], "skipped", "no peer aggregated lately scores")
             )
         if not leader:
             return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))

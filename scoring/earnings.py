@@ -1,0 +1,38 @@
+"""Who is paid: chain weights follow the work the validator used, not the rating alone.
+
+The final score rates every proven peer by its held-out gains at the evaluation step
+(scoring/ranking.py). The aggregation (scoring/selection.py) then leaves some proven peers out: an
+update inflated far above the honest band (`sandbag`), one that overshoots at a larger step
+(`sandbag_matched`), a colluding cluster, a drifting peer. Their gains at the small step are
+among the best, so they held the top of the ranking: measured with bench_fidelity (seed 0), `sandbag`
+beside four honest peers held 53 % of the chain weights after warm-up and `sandbag_matched` 40 %,
+and the mixed run's adversaries 76 %, while of them only poison was ever aggregated (README,
+*Scoring fidelity*). A weight set therefore pays a peer only when one of the windows it covers (the
+last `paid_windows`, the weight schedule's period) aggregated its update; the rating keeps that
+window (`PeerRating.last_aggregated`), so a restart, a replica and replay agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import replace
+
+from scoring.ranking import PeerRating, RatingState
+
+
+def with_aggregated(state: RatingState, gathered: Collection[str], window: int) -> RatingState:
+    """`state` with `window` recorded as the last aggregated one of every gathered peer."""
+    peers = {h: replace(p, last_aggregated=window) if h in gathered else p for h, p in state.peers.items()}
+    return RatingState(peers, state.window)
+
+
+def paid(peer: PeerRating, window: int, paid_windows: int) -> bool:
+    """Was the peer aggregated in one of the `paid_windows` windows up to `window`, and is it not banned?"""
+    last = peer.last_aggregated
+    return not peer.banned(window) and last is not None and window - paid_windows < last <= window
+
+
+def ranked_by_uid(state: RatingState, window: int, paid_windows: int) -> list[tuple[int, float]]:
+    """(uid, final score) for weight policies, best first; a peer that is not `paid` scores 0."""
+    pairs = [(p.uid, p.final if paid(p, window, paid_windows) else 0.0) for p in state.peers.values()]
+    return sorted(pairs, key=lambda r: (-r[1], r[0]))
