@@ -102,14 +102,16 @@ class RatingOut(Schema):
         "each other (a pair at or above the alarm, 0.08 by default, is aggregated at most once)",
     )  # fmt: skip
     retention: float | None = Field(
-        None,
-        description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
+        None, description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
         "median of the window's full-size updates and clipped to 1 ± 0.25 (the mean of its first four "
         "windows, then a moving average; not aggregated under min_retention, 0.93); none: never measured",
-    )
+    )  # fmt: skip
     drift: float = Field(0.0, description="CUSUM of drift_similarity (persistence_gate: out at 0.008)")
     drift_similarity: float | None = Field(
         None, description="mean cosine of its residual with its own of 3-12 aggregating windows before"
+    )
+    last_aggregated: int | None = Field(
+        None, description="the last window that aggregated its update: weights pay it for windows_per_weights"
     )
 
 
@@ -260,9 +262,7 @@ class WindowSelection(Schema):
     state: str
     base_fingerprint: str
     aggregate_digests: list[str]
-    clip_reference: dict[str, float] = Field(
-        description="per-parameter norm each gathered update is clipped to before it is weighted"
-    )
+    clip_reference: dict[str, float] = Field(description="per-parameter norm a gathered update is clipped to")
     peers: list[SelectedPeer] = Field(description="gather peers by rank, then reserves by rank")
 
 

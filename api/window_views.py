@@ -80,6 +80,7 @@ def rating_out(r: RatingRecord) -> RatingOut:
         links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
         retention=_optional(r.state.get("retention")), drift=float(r.state.get("drift", 0.0)),
         drift_similarity=_optional(r.state.get("drift_similarity")),
+        last_aggregated=_whole(r.state.get("last_aggregated")),
     )  # fmt: skip
 
 
@@ -87,6 +88,10 @@ def _proof_z(state: JsonMap) -> float | None:
     """The page test's statistic (scoring/page_test.py `stouffer`); none before any window had one."""
     weight = float(state.get("proof_weight", 0.0))
     return float(state.get("proof_sum", 0.0)) / math.sqrt(weight) if weight > 0 else None
+
+
+def _whole(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _optional(value: object) -> float | None:

@@ -105,6 +105,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "drift_similarity": 0.004,
                 "proof_sum": 3.0,
                 "proof_weight": 2.25,
+                "last_aggregated": window,
             }
             if i == 0
             else {},
