@@ -17,7 +17,8 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
 - `spearman`: leaderboard position against true contribution, honest peers only;
 - `adversary_weight`: the adversaries' share of the chain weights the validator would set, the
   mean over windows after the warm-up and at the last window (`adversary_weight_last`): what
-  cheating earns even when it is never aggregated;
+  cheating earns even when it is never aggregated; `honest_unpaid`: honest peers aggregated in a
+  window after the warm-up whom that window's weights pay nothing (window × peer);
 - `drift_similarity_peak`, `drift_alarmed`, `drift_alarmed_honest`: the persistence check's figures
   (scoring/persistence.py): each behaviour's highest long-lag similarity, and the peers whose
   evidence reached the alarm, which `persistence_gate` (off by default) would have left out.
@@ -143,6 +144,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
     honest = {h for h, b in behaviour.items() if b in HONEST_CONTRIBUTION}
     covered, adversary, framed, started = [], 0, set(), time.perf_counter()
     earned: list[float] = []
+    honest_unpaid = 0
     drift = DriftSeen()
     first = runner.next_window
     for window in range(first, first + windows):
@@ -155,7 +157,9 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         if window - first >= WARMUP:
             covered.append(len(chosen & honest) / max(len(honest), 1))
             adversary += len(chosen - honest)
-            earned.append(adversary_share(runner, window, honest))
+            share, unpaid = adversary_share(runner, window, honest, chosen)
+            earned.append(share)
+            honest_unpaid += unpaid
         drift.add(runner, behaviour, honest)
     result = summary.to_json(runner.state.ratings)
     return {
@@ -168,19 +172,21 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         "spearman": result["spearman"],
         "adversary_weight": round(sum(earned) / len(earned), 4) if earned else None,
         "adversary_weight_last": round(earned[-1], 4) if earned else None,
+        "honest_unpaid": honest_unpaid,
         "selected_behaviours": [w["selected_behaviours"] for w in result["windows"]],
         "seconds": round(time.perf_counter() - started, 1),
     } | drift.figures()
 
 
-def adversary_share(runner: DemoRunner, window: int, honest: set[str]) -> float:
+def adversary_share(runner: DemoRunner, window: int, honest: set[str], chosen: set[str]) -> tuple[float, int]:
     """The share of the chain weights (the validator's own policy, after `window`) held by peers
-    that are not honest."""
+    that are not honest, and how many honest peers aggregated this window it pays nothing."""
     weigher = runner.round.weigher
     weights = weights_for(runner.state.ratings, window, weigher.policy, weigher.schedule.every)
-    adversarial = {r.uid for h, r in runner.state.ratings.peers.items() if h not in honest}
+    uids = {h: r.uid for h, r in runner.state.ratings.peers.items()}
     total = sum(weights.values())
-    return sum(w for u, w in weights.items() if u in adversarial) / total if total > 0 else 0.0
+    share = sum(weights.get(u, 0.0) for h, u in uids.items() if h not in honest) / total if total > 0 else 0.0
+    return share, sum(1 for h in chosen & honest if weights.get(uids[h], 0.0) <= 0.0)
 
 
 def main() -> None:
