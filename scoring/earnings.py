@@ -33,6 +33,18 @@ def paid(peer: PeerRating, window: int, paid_windows: int) -> bool:
 
 
 def ranked_by_uid(state: RatingState, window: int, paid_windows: int) -> list[tuple[int, float]]:
-    """(uid, final score) for weight policies, best first; a peer that is not `paid` scores 0."""
-    pairs = [(p.uid, p.final if paid(p, window, paid_windows) else 0.0) for p in state.peers.values()]
+    """(uid, score) for weight policies, best first; a peer that is not `paid` scores 0.
+
+    A paid peer scores its final score; at a final score of 0 (an ordinal ≤ 0: its σ is still wide,
+    or the match ranked it under peers the aggregate then left out) it still scores, under half the
+    lowest positive final, in ordinal order. Measured with bench_fidelity (seed 0, 8 windows): 9 of
+    20 honest aggregations after warm-up in the honest-only run, and 19 of 20 beside three colluders,
+    were paid nothing by `max(ordinal, 0)` alone (README, *Scoring fidelity*)."""
+    peers = [p for p in state.peers.values() if paid(p, window, paid_windows)]
+    positive = [p.final for p in peers if p.final > 0.0]
+    floor = min(positive) / 2 if positive else 1.0
+    unrated = sorted((p for p in peers if p.final <= 0.0), key=lambda p: (-p.ordinal, p.uid))
+    scores = {p.uid: p.final for p in peers if p.final > 0.0}
+    scores |= {p.uid: floor * (len(unrated) - i) / len(unrated) for i, p in enumerate(unrated)}
+    pairs = [(p.uid, scores.get(p.uid, 0.0)) for p in state.peers.values()]
     return sorted(pairs, key=lambda r: (-r[1], r[0]))

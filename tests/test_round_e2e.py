@@ -81,6 +81,9 @@ def test_weights_follow_the_ranking(scenario: ScenarioRun) -> None:
     uid_of = {p.uid: p.hotkey for p in scenario.runner.network.peers}
     paid = {behaviour[uid_of[u]] for u, w in last.items() if w > 0 and u in uid_of}
     assert paid == {"honest"}, paid
+    # one window a set in the demo: it pays the peers that window aggregated, none else
+    gathered = set(scenario.reports[-1].selection.gather)
+    assert {uid_of[u] for u, w in last.items() if w > 0} <= gathered
 
 
 def test_replay_of_a_committed_window_is_bit_exact(scenario: ScenarioRun) -> None:

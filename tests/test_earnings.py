@@ -1,0 +1,40 @@
+"""Chain weights pay aggregated work (scoring/earnings.py): who is paid, and in which order."""
+
+from __future__ import annotations
+
+from scoring.earnings import paid, ranked_by_uid, with_aggregated
+from scoring.ranking import PeerRating, RatingState
+from scoring.weights import PowerWeights, RankWeights
+
+
+def _state(*peers: PeerRating) -> RatingState:
+    return RatingState({p.hotkey: p for p in peers}, 9)
+
+
+def test_only_peers_aggregated_in_the_covered_windows_are_paid() -> None:
+    top = PeerRating("top", 0, 40.0, 2.0, final=34.0)  # rated best, never aggregated (a sandbagger)
+    used = PeerRating("used", 1, 30.0, 2.0, final=24.0)
+    state = with_aggregated(_state(top, used), {"used"}, 7)
+    assert [paid(p, 9, 3) for p in state.peers.values()] == [False, True]
+    assert ranked_by_uid(state, 9, 3) == [(1, 24.0), (0, 0.0)]
+    assert ranked_by_uid(state, 10, 3) == [(0, 0.0), (1, 0.0)]  # window 7 is no longer covered
+    banned = with_aggregated(_state(PeerRating("b", 2, 30.0, 2.0, final=24.0, ban_until=12)), {"b"}, 9)
+    assert ranked_by_uid(banned, 9, 3) == [(2, 0.0)]
+
+
+def test_aggregated_peers_at_a_final_score_of_0_are_paid_below_the_rest_by_ordinal() -> None:
+    """Honest peers among equals sit at an ordinal ≤ 0 early on; aggregated, they are still paid."""
+    rated = PeerRating("rated", 0, 30.0, 2.0, final=4.0)
+    low = PeerRating("low", 1, 24.0, 8.0)  # ordinal 0: final 0
+    lower = PeerRating("lower", 2, 20.0, 8.0)  # ordinal −4
+    idle = PeerRating("idle", 3, 35.0, 2.0, final=29.0)  # not aggregated
+    state = with_aggregated(_state(rated, low, lower, idle), {"rated", "low", "lower"}, 9)
+    ranked = ranked_by_uid(state, 9, 1)
+    assert [u for u, _ in ranked] == [0, 1, 2, 3]
+    assert ranked[0][1] == 4.0 and 0.0 < ranked[2][1] < ranked[1][1] <= 2.0 and ranked[3][1] == 0.0
+    assert set(RankWeights().compute(ranked)) == {0, 1, 2}  # the default policy pays all three by rank
+    weights = PowerWeights().compute(ranked)
+    assert weights[0] > weights[1] > weights[2] > 0.0 and 3 not in weights
+    # nobody above 0: still paid, in ordinal order
+    alone = ranked_by_uid(with_aggregated(_state(low, lower), {"low", "lower"}, 9), 9, 1)
+    assert alone == [(1, 1.0), (2, 0.5)]
