@@ -200,37 +200,38 @@ class RaisingChain:
 
 def test_set_weights_failures_recorded_and_retried(tmp_path: Path) -> None:
     with gauntlet_env(windows_per_weights="2"):
-        # three: someone holds a positive score at every weights window (two equals can both sit at 0)
+        # three: nobody is paid before window 3 aggregates proven work (scoring/earnings.py)
         runner = make_runner(tmp_path / "demo", "honest:3")
     path, hotkey = runner.chain.config.path, runner.validator_hotkey
     limited = LocalChain(LocalChainConfig(path, validator_hotkey=hotkey, weights_rate_limit=5))
     chains: dict[int, Chain] = {
-        2: LocalChain(LocalChainConfig(path, validator_hotkey=dev_keypair("//nobody").ss58_address)),
-        3: RaisingChain(runner.chain),
-        4: limited,
-        5: limited,
+        4: LocalChain(LocalChainConfig(path, validator_hotkey=dev_keypair("//nobody").ss58_address)),
+        5: RaisingChain(runner.chain),
+        6: limited,
+        7: limited,
     }
     try:
-        for w in range(1, 6):
+        for w in range(1, 8):
             runner.round.weigher.chain = chains.get(w, runner.chain)
             runner.publish(w)
-            if w == 4:  # another set at this block: the validator's own is now too fast
+            if w == 6:  # another set at this block: the validator's own is now too fast
                 assert limited.set_weights({1: 1.0}).ok
             runner.validate(w)
         sets = weight_sets(runner.round.ledger.engine)
         states = window_states(runner.round.ledger.engine)
     finally:
         runner.round.ledger.engine.dispose()
-    assert states == dict.fromkeys(range(1, 6), "committed")
+    assert states == dict.fromkeys(range(1, 8), "committed")
     assert [(w, outcome) for w, outcome, _ in sets] == [
-        (2, "failed"),
-        (3, "failed"),
+        (2, "skipped"),  # nothing aggregated yet: nobody to pay, nothing retried
         (4, "failed"),
-        (5, "ok"),
+        (5, "failed"),
+        (6, "failed"),
+        (7, "ok"),
     ]
-    errors = [error or "" for _, _, error in sets[:3]]
-    assert errors[0].startswith("NotRegistered") and errors[1].startswith("RuntimeError: connection")
-    assert errors[2].startswith("SettingWeightsTooFast")
+    errors = [error or "" for _, _, error in sets[:4]]
+    assert errors[0] == "no peer aggregated lately scores" and errors[1].startswith("NotRegistered")
+    assert errors[2].startswith("RuntimeError: connection") and errors[3].startswith("SettingWeightsTooFast")
 
 
 def test_hostile_window_at_scale(tmp_path: Path) -> None:

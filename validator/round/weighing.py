@@ -56,12 +56,12 @@ class Weigher:
         weights = weights_for(ratings, window, self.policy, self.schedule.every)
         uids = sorted(weights)
         values = [weights[u] for u in uids]
+        if not leader:  # first: a follower never sets weights, whatever they would be
+            return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))
         if not weights:
             return self._done(
                 WeightSetRecord(window, None, [], [], "skipped", "no peer aggregated lately scores")
             )
-        if not leader:
-            return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))
         outcome = self._set(weights)
         self.schedule.retry_pending = not outcome.ok
         result = "ok" if outcome.ok else "failed"
