@@ -1,4 +1,4 @@
-"""Do a peer's residuals persist across windows? The diagnostic behind the README's "measured and
+"""Do a peer's residuals persist across windows? The diagnostic behind docs/fidelity-log.md's "measured and
 not adopted" persistence figures (issue 12: a peer adding one fixed direction to honest work).
 
     .venv/bin/python -m benchmarks.bench_residuals [--quick] [--peers SPEC] [--seeds N] [--windows N]

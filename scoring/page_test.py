@@ -35,7 +35,7 @@ class PageLosses:
 class PageTestConfig:
     """`z`: the discounted Stouffer sum a proven peer reaches; `clip`: one evaluation's most say;
     `decay`: the weight of the evaluation before relative to this one (a memory of ~1/(1 − decay)).
-    Calibrated on demo runs (README, *Scoring fidelity*, eleventh round): from their fourth
+    Calibrated on demo runs (docs/fidelity-log.md, eleventh round): from their fourth
     evaluation honest and graded peers read 1.58 and more; `lazy` stayed under 1.3 except in two
     windows of a 24-window mixed run (1.68). At decay 0.9 the ⅒-steps peer dipped to 1.63 and lost
     its proof at 1.645. Under no effect, 1.5 is reached at least once in 8 windows by 16.5 % of

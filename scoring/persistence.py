@@ -28,7 +28,7 @@ evidence reached `alarm` is *drifting*: it is not aggregated (scoring/selection.
 penalised otherwise, as nothing says which windows carried the direction. The gate is off by
 default: the separation the demo showed came from the warm-up's windows, all at one base model,
 where a full honest peer among weaker ones reached the alarm too (+0.0251, +0.0112). Without them,
-no peer of ten 24-window runs reached it, `poison_strong` included (README, *Scoring fidelity*,
+no peer of ten 24-window runs reached it, `poison_strong` included (docs/fidelity-log.md,
 ninth and tenth rounds).
 """
 
@@ -54,10 +54,10 @@ F16 = npt.NDArray[np.float16]
 class PersistenceConfig:
     enabled: bool = True  # sketch, store and measure (the API shows the figures)
     # leave a peer at the alarm out of the aggregate: off, as measured on the demo it framed a full
-    # honest peer among weaker ones and separated `poison_strong` only through its first windows (README)
+    # honest peer among weaker ones and separated `poison_strong` only in its first windows (fidelity log)
     gate: bool = False
     # 2^14 buckets: 32 KiB per peer and window, stored and held while the window is scored (float16),
-    # 0.017 of a 100M-parameter update's wire size; the gate-on measurement used 2^16 (README)
+    # 0.017 of a 100M-parameter update's wire size; the gate-on measurement used 2^16 (fidelity log)
     bits: int = 14
     lag: int = 3  # residuals closer than this are anti-correlated by error feedback
     horizon: int = 12  # the oldest residual compared, in windows back

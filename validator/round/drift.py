@@ -7,7 +7,7 @@ a copier's residual is nobody's evidence). The earlier residuals come from stora
 change of the validator's secret the older ones no longer compare and are skipped). A window that
 aggregated nothing left the next one at the same base model: residuals taken at one base correlate
 for any peer whose recipe differs from the consensus (more training than the weaker peers), which
-alone put full honest peers at the alarm in the demo's warm-up (README, tenth round)."""
+alone put full honest peers at the alarm in the demo's warm-up (docs/fidelity-log.md, tenth round)."""
 
 from __future__ import annotations
 

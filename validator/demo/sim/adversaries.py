@@ -187,7 +187,7 @@ class Shrunk:
 
 
 # twice poison's share, in a direction of its own: under the norm band (poison at half the norm is
-# kept out by `max_inflation`), with more of it persisting across windows (bench_fidelity, README)
+# kept out by `max_inflation`), with more of it persisting across windows (docs/fidelity-log.md)
 POISON_STRONG = Poison(name="poison_strong", weight=0.2, seed=778)
 
 ADVERSARIES = (
