@@ -232,11 +232,18 @@ def window_detail(*, session: Session, window: int) -> WindowRecord | None:
 
 
 def weight_sets(
-    *, session: Session, window: int | None = None, limit: int = 50, before: int | None = None
+    *,
+    session: Session,
+    window: int | None = None,
+    limit: int = 50,
+    before: int | None = None,
+    outcome: str | None = None,
 ) -> list[WeightSetRecord]:
     """Weight-setting attempts by window, newest first, and within a window the latest attempt first
-    (optionally of one window, or of windows < `before`)."""
+    (optionally of one window, of windows < `before`, or with one outcome)."""
     stmt = select(m.WeightSet)
+    if outcome is not None:
+        stmt = stmt.where(m.WeightSet.outcome == outcome)
     if window is not None:
         stmt = stmt.where(m.WeightSet.window == window)
     if before is not None:

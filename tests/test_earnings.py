@@ -35,6 +35,15 @@ def test_aggregated_peers_at_a_final_score_of_0_are_paid_below_the_rest_by_ordin
     assert set(RankWeights().compute(ranked)) == {0, 1, 2}  # the default policy pays all three by rank
     weights = PowerWeights().compute(ranked)
     assert weights[0] > weights[1] > weights[2] > 0.0 and 3 not in weights
-    # nobody above 0: still paid, in ordinal order
-    alone = ranked_by_uid(with_aggregated(_state(low, lower), {"low", "lower"}, 9), 9, 1)
-    assert alone == [(1, 1.0), (2, 0.5)]
+    # nobody above 0: still paid, in ordinal order, equal ordinals alike
+    twin = PeerRating("twin", 4, 24.0, 8.0)
+    alone = ranked_by_uid(with_aggregated(_state(low, lower, twin), {"low", "lower", "twin"}, 9), 9, 1)
+    assert alone == [(1, 2 / 3), (4, 2 / 3), (2, 1 / 3)]
+
+
+def test_a_final_score_set_to_0_by_a_gate_or_penalty_is_not_paid() -> None:
+    """An ordinal above 0 with a final of 0: the BMA gate, an invalid submission or a miss set it."""
+    gated = PeerRating("gated", 0, 40.0, 2.0, bma=-0.1)  # final 0 though its ordinal is 34
+    honest = PeerRating("honest", 1, 24.0, 8.0)  # ordinal 0
+    ranked = ranked_by_uid(with_aggregated(_state(gated, honest), {"gated", "honest"}, 9), 9, 1)
+    assert ranked == [(1, 0.5), (0, 0.0)]

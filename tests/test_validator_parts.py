@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from scoring.earnings import ranked_by_uid
 from scoring.ranking import PeerRating, RatingState, Status
 from scoring.signing import dev_keypair
 from scoring.weights import RankWeights
@@ -156,9 +157,20 @@ def test_failed_weights_are_recorded_and_retried_next_window() -> None:
     assert [r.outcome for r in records] == ["failed", "ok"] and all(
         isinstance(r, WeightSetRecord) for r in records
     )
-    # window 6's set covers windows 4-6, which aggregated nothing of it: nobody is paid
+    # window 6's set pays what windows 5-6 aggregated (the last successful set was at 4): nothing of it
+    assert every_3.paid_since == 4 and every_3.paid_windows(6) == 2
     idle = weigher.maybe_set(6, state)
     assert idle is not None and idle.outcome == "skipped" and not idle.uids
+
+
+def test_a_failed_or_missed_weight_set_leaves_no_aggregated_window_unpaid() -> None:
+    schedule = WeightSchedule(3)
+    assert schedule.paid_windows(3) == 4  # no set yet: every window so far (0-3)
+    schedule.paid_since = 3
+    assert schedule.paid_windows(6) == 3  # windows 4-6
+    assert schedule.paid_windows(9) == 6  # the set at 6 never happened (a crash): windows 4-9
+    state = RatingState({"h": PeerRating("h", 4, 30.0, 1.0, final=2.0, last_aggregated=4)}, 9)
+    assert ranked_by_uid(state, 9, schedule.paid_windows(9)) == [(4, 2.0)]
 
 
 def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -> None:

@@ -245,7 +245,11 @@ def build_round(
     holder = hashlib.sha256(f"{socket.gethostname()}:{Path(s.workdir).resolve()}".encode()).hexdigest()
     ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
     lock = LeaderLock(redis, link.hotkey or "local", ttl_s=ttl, token=holder)
-    schedule = WeightSchedule(s.windows_per_weights, retry_pending=ledger.last_weights_failed())
+    schedule = WeightSchedule(
+        s.windows_per_weights,
+        retry_pending=ledger.last_weights_failed(),
+        paid_since=ledger.last_weights_set(),
+    )
     weigher = Weigher(link.chain, weight_policy(s), lock, ledger.record_weights, schedule, metrics)
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)
     remote = start_remote(

@@ -33,11 +33,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss", "retention", "drift", "proof",
+    "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention", "drift", "proof")
+LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +106,8 @@ def _row(
         "drift": rating.state.get("drift") if rating else None,
         # the page test's discounted sum (scoring/page_test.py), re-derived from recomputed page losses
         "proof": rating.state.get("proof_sum") if rating else None,
+        # the window chain weights pay it from (scoring/earnings.py)
+        "last_aggregated": rating.state.get("last_aggregated") if rating else None,
     }
 
 

@@ -24,13 +24,23 @@ log = structlog.get_logger(__name__)
 
 @dataclass(slots=True)
 class WeightSchedule:
-    """Weights are due every `every` windows, and at every window after a failed attempt."""
+    """Weights are due every `every` windows, and at every window after a failed attempt. A set pays
+    the work aggregated since the last successful one (`paid_since`; scoring/earnings.py), so a
+    failed, retried or missed set (a crash on its window) leaves no aggregated window unpaid."""
 
     every: int
     retry_pending: bool = False  # restored from storage after a restart
+    paid_since: int | None = None  # the window of the last successful set, restored from storage
 
     def due(self, window: int) -> bool:
         return self.retry_pending or window % self.every == 0
+
+    def paid_windows(self, window: int) -> int:
+        """How many windows up to `window` this set pays for: those since the last successful set,
+        every one before it when there was none (a retry of the first set included)."""
+        if self.paid_since is None or self.paid_since >= window:
+            return window + 1
+        return window - self.paid_since
 
 
 class Weigher:
@@ -52,8 +62,7 @@ class Weigher:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
         if not self.schedule.due(window):
             return None
-        # pays the work aggregated since the last weight set: the schedule's period (scoring/earnings.py)
-        weights = weights_for(ratings, window, self.policy, self.schedule.every)
+        weights = weights_for(ratings, window, self.policy, self.schedule.paid_windows(window))
         uids = sorted(weights)
         values = [weights[u] for u in uids]
         if not leader:  # first: a follower never sets weights, whatever they would be
@@ -64,6 +73,8 @@ class Weigher:
             )
         outcome = self._set(weights)
         self.schedule.retry_pending = not outcome.ok
+        if outcome.ok:
+            self.schedule.paid_since = window
         result = "ok" if outcome.ok else "failed"
         return self._done(
             WeightSetRecord(

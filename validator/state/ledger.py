@@ -103,6 +103,11 @@ class Ledger:
     def record_weights(self, record: WeightSetRecord) -> None:
         self._tx(lambda s: record_weight_set(session=s, record=record))
 
+    def last_weights_set(self) -> int | None:
+        """The window of the newest successful weight set: the next one pays the work since."""
+        latest = self._tx(lambda s: queries.weight_sets(session=s, limit=1, outcome="ok"))
+        return latest[0].window if latest else None
+
     def last_weights_failed(self) -> bool:
         """Whether the newest weight-setting attempt failed (so a restarted process retries it)."""
         latest = self._tx(lambda s: queries.weight_sets(session=s, limit=1))
