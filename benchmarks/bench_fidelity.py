@@ -232,8 +232,8 @@ def main() -> None:
 
 
 SPREAD = (
-    "loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "adversary_weight", "framed",
-    "spearman",
+    "loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "adversary_weight",
+    "honest_unpaid", "framed", "spearman",
 )  # fmt: skip
 
 
