@@ -8,8 +8,9 @@ among the best, so they held the top of the ranking: measured with bench_fidelit
 beside four honest peers held 53 % of the chain weights after warm-up and `sandbag_matched` 40 %,
 and the mixed run's adversaries 76 %, while of them only poison was ever aggregated (README,
 *Scoring fidelity*). A weight set therefore pays a peer only when one of the windows it covers (the
-last `paid_windows`, the weight schedule's period) aggregated its update; the rating keeps that
-window (`PeerRating.last_aggregated`), so a restart, a replica and replay agree.
+last `paid_windows`: those since the last successful set, validator/round/weighing.py) aggregated
+its update; the rating keeps that window (`PeerRating.last_aggregated`), so a restart, a replica and
+replay agree.
 """
 
 from __future__ import annotations
