@@ -59,7 +59,7 @@ def demo_settings(workdir: Path) -> Settings:
         "redis_url": None, "blocks_per_window": 10, "put_window_s": 70.0, "put_grace_s": 5.0,
         "dataset_path": workdir / "corpus", "seq_len": 64, "pages_per_peer": 8, "eval_pages": 8,
         "heldout_pages": 16, "batch_size": 8, "eval_lr_factor": 0.08, "outer_lr": 1.0,
-        "checkpoint_every": 1, "gather_peers": 20, "reserve_peers": 10, "bma_warmup": 3,
+        "checkpoint_every": 1, "gather_peers": 20, "reserve_peers": 10,
         "windows_per_weights": 1, "fetch_deadline_s": 30.0,
         "selection_location": f"file://{(workdir / 'stores' / 'validator').resolve()}",
     }  # fmt: skip
