@@ -111,7 +111,7 @@ class RatingOut(Schema):
         None, description="mean cosine of its residual with its own of 3-12 aggregating windows before"
     )
     last_aggregated: int | None = Field(
-        None, description="the last window that aggregated its update: weights pay it for windows_per_weights"
+        None, description="the last window that aggregated it: a weight set pays those since the last set"
     )
 
 

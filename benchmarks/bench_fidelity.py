@@ -15,7 +15,7 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
 - `adversary_selections`: adversarial peers aggregated after the warm-up (window, peer pairs);
 - `framed`: honest peers ever invalidated or banned;
 - `spearman`: leaderboard position against true contribution, honest peers only;
-- `adversary_weight`: the adversaries' share of the chain weights the validator would set, the
+- `adversary_weight`: the adversaries' share of the weights the validator has set on chain, the
   mean over windows after the warm-up and at the last window (`adversary_weight_last`): what
   cheating earns even when it is never aggregated; `honest_unpaid`: honest peers aggregated in a
   window after the warm-up whom that window's weights pay nothing (window × peer);
@@ -53,7 +53,6 @@ from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
 from validator.demo.sim.plugins import parse_peers  # noqa: E402
 from validator.demo.summary import DemoSummary  # noqa: E402
-from validator.round.rating import weights_for  # noqa: E402
 
 WARMUP = 3
 HONEST = "honest:4"
@@ -157,7 +156,7 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         if window - first >= WARMUP:
             covered.append(len(chosen & honest) / max(len(honest), 1))
             adversary += len(chosen - honest)
-            share, unpaid = adversary_share(runner, window, honest, chosen)
+            share, unpaid = adversary_share(runner, honest, chosen)
             earned.append(share)
             honest_unpaid += unpaid
         drift.add(runner, behaviour, honest)
@@ -178,11 +177,12 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
     } | drift.figures()
 
 
-def adversary_share(runner: DemoRunner, window: int, honest: set[str], chosen: set[str]) -> tuple[float, int]:
-    """The share of the chain weights (the validator's own policy, after `window`) held by peers
-    that are not honest, and how many honest peers aggregated this window it pays nothing."""
-    weigher = runner.round.weigher
-    weights = weights_for(runner.state.ratings, window, weigher.policy, weigher.schedule.every)
+def adversary_share(runner: DemoRunner, honest: set[str], chosen: set[str]) -> tuple[float, int]:
+    """The share of the validator's weights on chain after the window (its last `set_weights`: a
+    skipped set leaves the earlier one) held by peers that are not honest, and how many honest peers
+    aggregated this window they pay nothing."""
+    mine = [s for s in runner.chain.weight_sets() if s.hotkey == runner.validator_hotkey]
+    weights = mine[-1].weights if mine else {}
     uids = {h: r.uid for h, r in runner.state.ratings.peers.items()}
     total = sum(weights.values())
     share = sum(weights.get(u, 0.0) for h, u in uids.items() if h not in honest) / total if total > 0 else 0.0
