@@ -25,7 +25,7 @@ class ErrorResponse(Schema):
 
 
 class PeerRow(Schema):
-    rank: int = Field(description="1 is best: final score, then ordinal, then uid (one rule everywhere)")
+    rank: int = Field(description="1 is best: final score, last aggregated window, ordinal, uid (one rule)")
     uid: int
     hotkey: str
     mu: float
@@ -113,6 +113,10 @@ class RatingOut(Schema):
     last_aggregated: int | None = Field(
         None, description="the last window that aggregated it: a weight set pays those since the last set"
     )
+    last_matched: int | None = Field(
+        None, description="the last window it played the rating match in: a peer whose gain overstates "
+        "its work (inflated, under min_retention, linked, drifting) is rated on its own evidence only",
+    )  # fmt: skip
 
 
 class PeerWindow(Schema):
@@ -185,10 +189,9 @@ class SubmissionOut(Schema):
     fetched_time: datetime | None
     norm: float | None = Field(default=None, description="the decoded update's total norm (valid updates)")
     inflation: float | None = Field(
-        default=None,
-        description="the update's median per-parameter norm ÷ the window's clip reference: above "
-        "max_inflation (1.25 by default) it is evaluated and rated but not aggregated",
-    )
+        default=None, description="the update's median per-parameter norm ÷ the window's clip reference: "
+        "above max_inflation (1.25 by default) it is evaluated but neither aggregated nor matched",
+    )  # fmt: skip
 
 
 class CopyPairOut(Schema):
@@ -248,9 +251,7 @@ class SelectedPeer(Schema):
     uid: int
     role: Role
     rank: int
-    weight: float | None = Field(
-        None, description="the update's coefficient in the outer step (gather peers; none: equal weights)"
-    )
+    weight: float | None = Field(None, description="its coefficient in the outer step (none: equal weights)")
     object_key: str | None
     etag: str | None
     version_id: str | None
@@ -278,9 +279,7 @@ class WeightList(Schema):
 class WindowTrendOut(Schema):
     window: int
     committed_at: datetime | None
-    heldout_loss: float | None = Field(
-        description="the global model's loss on the window's held-out pages before its aggregate"
-    )
+    heldout_loss: float | None = Field(description="the global model's held-out loss before its step")
     statuses: dict[str, int] = Field(description="peers by submission status")
     timings: dict[str, float] = Field(description="seconds per stage")
     n_selected: int

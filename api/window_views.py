@@ -81,6 +81,7 @@ def rating_out(r: RatingRecord) -> RatingOut:
         retention=_optional(r.state.get("retention")), drift=float(r.state.get("drift", 0.0)),
         drift_similarity=_optional(r.state.get("drift_similarity")),
         last_aggregated=_whole(r.state.get("last_aggregated")),
+        last_matched=_whole(r.state.get("last_matched")),
     )  # fmt: skip
 
 

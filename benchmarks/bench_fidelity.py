@@ -49,6 +49,7 @@ import torch  # noqa: E402
 
 from scoring.corpus import generate_corpus  # noqa: E402
 from scoring.persistence import over_alarm  # noqa: E402
+from storage.queries import rank_key  # noqa: E402
 from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
 from validator.demo.sim.plugins import parse_peers  # noqa: E402
@@ -172,9 +173,18 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         "adversary_weight": round(sum(earned) / len(earned), 4) if earned else None,
         "adversary_weight_last": round(earned[-1], 4) if earned else None,
         "honest_unpaid": honest_unpaid,
+        "leaderboard_adversaries": leaderboard_adversaries(runner, honest),
         "selected_behaviours": [w["selected_behaviours"] for w in result["windows"]],
         "seconds": round(time.perf_counter() - started, 1),
     } | drift.figures()
+
+
+def leaderboard_adversaries(runner: DemoRunner, honest: set[str]) -> int:
+    """How many of the leaderboard's top places, as many as there are honest peers, peers that are
+    not honest hold at the end (the API's order, `rank_key`)."""
+    peers = runner.state.ratings.peers.values()
+    board = sorted(peers, key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated))
+    return sum(1 for r in board[: len(honest)] if r.hotkey not in honest)
 
 
 def adversary_share(runner: DemoRunner, honest: set[str], chosen: set[str]) -> tuple[float, int]:
@@ -233,7 +243,7 @@ def main() -> None:
 
 SPREAD = (
     "loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "adversary_weight",
-    "honest_unpaid", "framed", "spearman",
+    "honest_unpaid", "leaderboard_adversaries", "framed", "spearman",
 )  # fmt: skip
 
 

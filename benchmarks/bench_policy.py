@@ -19,8 +19,9 @@ import torch
 
 from scoring.aggregation import aggregate_into
 from scoring.clipping import median_norms
+from scoring.similarity import exact_overlap
 from scoring.types import SparseParam
-from scoring.uniqueness import CopyTier, PeerPayload, exact_overlap, find_copies, offences
+from scoring.uniqueness import CopyTier, PeerPayload, find_copies, offences
 from tests.uniqueness_fixtures import copy_of
 
 Update = dict[str, SparseParam]

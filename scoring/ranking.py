@@ -8,7 +8,8 @@ Choices where the design leaves room (all configurable):
   cost a full peer 23 % as a factor; the BMA gates it from the (warm-up + 1)-th *evaluation* on;
 - a valid submission that was not sampled for evaluation keeps its final score as it was;
 - only evaluated peers enter the match: missing or invalid peers are penalised on their own, not
-  beaten as opponents (that lifted every evaluated peer, cheaters too);
+  beaten as opponents (that lifted every evaluated peer, cheaters too); nor do peers whose gain
+  overstates their work (`PeerOutcome.matched`), whose final score is 0 in such a window;
 - missing, early and late submissions count as misses; invalid ones set the final score to 0;
 - a peer the fetch never got to (`skipped`) is left as it was;
 - training is *proven* (scoring/proof.py) by evidence accumulated over evaluations;
@@ -62,9 +63,7 @@ class RatingConfig:
     # lazy training (an honest peer with margins 0.49, 0.16, −0.001, −0.001 lost its proof in
     # bench_fidelity's poison_strong run, seed 0; no adversary's proof changed at a tie up to 0.05)
     proof_tie: float = 0.01
-    # the least weight of the newest window in the retention average: the plain mean of a peer's first
-    # 1/alpha values, a moving average after them (scoring/selection.py's `min_retention` says why)
-    retention_alpha: float = 0.25
+    retention_alpha: float = 0.25  # the newest window's least weight in the retention average (proof.py)
     # each window's relative retention enters the average clipped to 1 ± this: the rule was calibrated
     # inside it (honest 0.89-1.17 a window, the rescaled quarter 0.75-0.97); late in 24-window demo runs
     # honest windows read −44 … +12, and one (−8.6) held a peer under `min_retention` for good
@@ -97,6 +96,7 @@ class PeerOutcome:
     own_gain: float | None = None  # with score: the relative gain on the peer's own pages
     retention: float | None = None  # with score: its retention ÷ the window's median, when measured
     own_t: float | None = None  # with score: the page test's t (scoring/page_test.py); None: no pages
+    matched: bool = True  # with score: False when its gain overstates its work (validator/round/rating.py)
 
     def __post_init__(self) -> None:
         if (self.score is None) != (self.indicator is None):
@@ -134,6 +134,7 @@ class PeerRating:
     drift: float = 0.0  # evidence it keeps a direction of its own across windows (scoring/persistence.py)
     drift_similarity: float | None = None  # this window's long-lag similarity; None: not measured
     last_aggregated: int | None = None  # the last window that aggregated its update (earnings.py)
+    last_matched: int | None = None  # the last window it played the rating match in (`play_match`)
 
     @property
     def ordinal(self) -> float:
@@ -213,9 +214,10 @@ def update_ratings(
 def play_match(
     peers: Mapping[str, PeerRating], outcomes: Sequence[PeerOutcome], cfg: RatingConfig
 ) -> dict[str, PeerRating]:
-    """One Plackett-Luce match over the evaluated peers only. Absent and invalid peers are penalised
-    on their own (`_apply_outcome`): as opponents they would hand every evaluated peer a free win."""
-    entrants = sorted((o.hotkey, o.score) for o in outcomes if o.score is not None)
+    """One Plackett-Luce match over the evaluated peers only, those `matched`. Absent and invalid peers
+    are penalised on their own (`_apply_outcome`): as opponents they would hand every evaluated peer a
+    free win; an unmatched peer's gain overstates its work, and its wins would lower honest μ."""
+    entrants = sorted((o.hotkey, o.score) for o in outcomes if o.score is not None and o.matched)
     out = dict(peers)
     if len(entrants) < 2:
         return out
@@ -256,10 +258,11 @@ def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingCon
             with_evidence(peer, o, cfg),
             bma=update_bma(peer.bma, o.indicator, cfg.bma_alpha),
             last_evaluated=window,
+            last_matched=window if o.matched else peer.last_matched,
             consecutive_misses=0,
             consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,
         )
-        peer = replace(peer, final=final_score(peer, o.sync, cfg))
+        peer = replace(peer, final=final_score(peer, o.sync, cfg) if o.matched else 0.0)
     elif o.status in _MISSED:
         misses = peer.consecutive_misses + 1
         factor = miss_multiplier(misses, cfg.penalties)

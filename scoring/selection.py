@@ -104,7 +104,7 @@ def select_aggregation(
 ) -> Selection[str]:
     """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
     evidence = [c for c in candidates if _admissible(c, cfg)]
-    limit = cfg.max_inflation * _band([c.inflation for c in evidence])
+    limit = inflation_limit([c.inflation for c in evidence], cfg)
     admissible = _retained([c for c in evidence if c.inflation <= limit], cfg.min_retention)
     gains = [c.gain for c in admissible if c.gain is not None]
     floor = cfg.gain_floor * median(gains) if gains else 0.0
@@ -112,7 +112,7 @@ def select_aggregation(
     # groups form among this window's candidates: a copier rejected as such (or absent) neither
     # shields nor sinks the peer it resembles
     present = {c.key for c in candidates}
-    for group in _clusters([(a, b) for a, b in twins if a in present and b in present]):
+    for group in clusters([(a, b) for a, b in twins if a in present and b in present]):
         members = sorted((k for k in group if k in kept), key=lambda k: (-kept[k].final, k))
         # a pair keeps its better member; three or more peers sharing one residual direction are a
         # colluding cluster (or a victim copied by several at once): none of them steers the model
@@ -157,7 +157,7 @@ def _mass(c: Candidate) -> float:
     return min(max(c.mass, 1e-6), 1.0)
 
 
-def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
+def clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
     """Connected groups of keys linked by `pairs`, in a deterministic order."""
     groups: list[set[str]] = []
     for a, b in sorted(tuple(sorted(p)) for p in pairs):
@@ -165,6 +165,11 @@ def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
         merged = {a, b}.union(*touching)
         groups = [g for g in groups if g not in touching] + [merged]
     return sorted(groups, key=min)
+
+
+def inflation_limit(inflations: Sequence[float], cfg: SelectionConfig) -> float:
+    """The most inflation an update may have among updates of these inflations (`max_inflation`)."""
+    return cfg.max_inflation * _band(inflations)
 
 
 def _band(inflations: Sequence[float]) -> float:

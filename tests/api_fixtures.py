@@ -250,8 +250,10 @@ TIED: tuple[tuple[int, str, float, float, float], ...] = (
     (2, "5MMMok", 0.0, 30.0, 8.0),  # ordinal 6
     (3, "5BBBok", 0.0, 30.0, 8.0),  # ordinal 6 as well: the lower uid first
     (4, "5CCCnew", 0.0, 25.0, 25 / 3),  # ordinal 0
+    (5, "5DDDpaid", 0.0, 20.0, 8.0),  # ordinal -4, but aggregated in window 1: before the others at 0
 )
-TIED_ORDER = [1, 2, 3, 4, 0]  # uids, best first
+AGGREGATED = {5: 1}  # uid: the last window that aggregated it
+TIED_ORDER = [1, 5, 2, 3, 4, 0]  # uids, best first
 
 
 def tied_record(window: int = 1) -> WindowRecord:
@@ -271,7 +273,15 @@ def tied_record(window: int = 1) -> WindowRecord:
             for uid, hk, *_ in TIED
         ],
         ratings=[
-            RatingRecord(hotkey=hk, uid=uid, mu=mu, sigma=sigma, bma=0.1, final_score=final)
+            RatingRecord(
+                hotkey=hk,
+                uid=uid,
+                mu=mu,
+                sigma=sigma,
+                bma=0.1,
+                final_score=final,
+                state={"last_aggregated": AGGREGATED[uid]} if uid in AGGREGATED else {},
+            )
             for uid, hk, final, mu, sigma in TIED
         ],
     )

@@ -33,7 +33,10 @@ class DemoSummary:
 
     def peers(self, state: RatingState) -> list[dict[str, Any]]:
         # The API's ranking rule, so the table, /v1/peers and the dashboard agree.
-        ranked = sorted(state.peers.values(), key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey))
+        ranked = sorted(
+            state.peers.values(),
+            key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated),
+        )
         return [
             {
                 "uid": r.uid,

@@ -14,7 +14,7 @@ from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
 from scoring.page_test import own_t
 from scoring.persistence import PersistenceConfig, drifting
-from scoring.proof import proven
+from scoring.proof import proven, retention_after
 from scoring.ranking import (
     PeerOutcome,
     RatingConfig,
@@ -22,7 +22,14 @@ from scoring.ranking import (
     Status,
     update_ratings,
 )
-from scoring.selection import Candidate, Selection, SelectionConfig, select_aggregation
+from scoring.selection import (
+    Candidate,
+    Selection,
+    SelectionConfig,
+    clusters,
+    inflation_limit,
+    select_aggregation,
+)
 from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
@@ -45,10 +52,13 @@ def _status(p: PeerWindow) -> Status:
 
 
 def outcomes_of(
-    peers: Sequence[PeerWindow], reference: Mapping[str, float] | None = None
+    peers: Sequence[PeerWindow],
+    reference: Mapping[str, float] | None = None,
+    outside: Collection[str] = frozenset(),
 ) -> list[PeerOutcome]:
     """The rating input of each peer. A valid, evaluated submission is in sync by construction:
-    its base matched and it was on time, or the checks would have rejected it."""
+    its base matched and it was on time, or the checks would have rejected it. `outside`: evaluated
+    peers left out of the rating match (`outside_match`)."""
     relative = relative_retentions(peers, reference)
     out = []
     for p in peers:
@@ -65,6 +75,7 @@ def outcomes_of(
                 own_gain=e.own_gain if e is not None and p.valid else None,
                 retention=relative.get(p.hotkey),
                 own_t=own_t(e.pages) if e is not None and p.valid else None,
+                matched=p.hotkey not in outside,
             )
         )
     return out
@@ -113,7 +124,8 @@ def rate_window(
 ) -> RatingState:
     """The ratings after `window`, each peer's links across windows (scoring/links.py) included;
     `reference`: the window's clip reference (`relative_retentions`)."""
-    rated = update_ratings(state, window, outcomes_of(peers, reference), cfg.rating)
+    outside = outside_match(state, peers, cfg, copies, reference)
+    rated = update_ratings(state, window, outcomes_of(peers, reference, outside), cfg.rating)
     before = {h: p.links for h, p in rated.peers.items() if p.links}
     links = update_links(before, copies.compared, copies.resemblances, cfg.links)
     linked = {
@@ -121,6 +133,40 @@ def rate_window(
         for h, p in rated.peers.items()
     }
     return RatingState(linked, rated.window)
+
+
+def outside_match(
+    state: RatingState,
+    peers: Sequence[PeerWindow],
+    cfg: RankingConfig,
+    copies: CopyCheck,
+    reference: Mapping[str, float] | None = None,
+) -> frozenset[str]:
+    """The evaluated peers whose held-out gain at β overstates their work, by the selection's own
+    rules: an update inflated past the window's honest band (`sandbag`), a retention average with
+    this window's under `min_retention` (`sandbag_matched`), the later side of a linked pair and every
+    member of a group of three or more (`collude`), and a drifting peer (persistence gate on). The
+    selection leaves them out of the aggregate; in the match their wins pushed honest μ down and
+    them to the top of the leaderboard (README, *Scoring fidelity*). They stay out of it: μ and σ
+    keep their values, while their evidence (proof, retention, links) is still folded in."""
+    gains = {p.hotkey: p.evaluation.score for p in peers if p.valid and p.evaluation is not None}
+    scored = [p for p in peers if p.hotkey in gains]
+    out: set[str] = set()
+    if reference:  # the band as the selection draws it: from the updates that gained
+        sizes = {p.hotkey: inflation(p.update.norms(), reference) for p in scored if p.update is not None}
+        gaining = [size for h, size in sizes.items() if gains[h] > 0.0]
+        out |= {h for h, size in sizes.items() if size > inflation_limit(gaining, cfg.selection)}
+    relative, floor = relative_retentions(peers, reference), cfg.selection.min_retention
+    for p in scored:
+        if (rating := state.peers.get(p.hotkey)) is None:
+            continue
+        r = relative.get(p.hotkey)
+        average = rating.retention if r is None else retention_after(rating, r, cfg.rating)
+        if (average is not None and average < floor) or drifting(rating.drift, cfg.persistence):
+            out.add(p.hotkey)
+    kin = twins_of(state, copies, cfg)
+    out |= set(kin.later) | {h for group in clusters(kin.twins) if len(group) > 2 for h in group}
+    return frozenset(out & set(gains))
 
 
 @dataclass(frozen=True, slots=True)

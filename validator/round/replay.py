@@ -33,11 +33,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated",
+    "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated")
+LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +108,7 @@ def _row(
         "proof": rating.state.get("proof_sum") if rating else None,
         # the window chain weights pay it from (scoring/earnings.py)
         "last_aggregated": rating.state.get("last_aggregated") if rating else None,
+        "last_matched": rating.state.get("last_matched") if rating else None,  # played the match
     }
 
 

@@ -1,0 +1,132 @@
+"""Who plays the window's rating match: a peer whose held-out gain at β overstates its work (the
+selection's own reasons to leave it out) is rated on its own evidence, never against the others."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from scoring.links import LinkConfig
+from scoring.persistence import PersistenceConfig
+from scoring.ranking import PeerOutcome, PeerRating, RatingConfig, RatingState, Status, update_ratings
+from scoring.uniqueness import CopyCheck
+from tests.test_selection import rating, sized, stepped
+from validator.round.checking import CheckConfig, clip_reference, proven_peers
+from validator.round.outcomes import PeerWindow
+from validator.round.rating import RankingConfig, outside_match, rate_window
+
+CFG = RatingConfig()
+HONEST = {"h1": 1.0, "h2": 0.98, "h3": 1.0, "h4": 0.97}
+
+
+def ok(hotkey: str, uid: int, score: float, matched: bool = True) -> PeerOutcome:
+    return PeerOutcome(hotkey, uid, Status.OK, score, 1, own_gain=score * 2, matched=matched)
+
+
+def test_an_unmatched_peer_neither_moves_nor_moves_the_others() -> None:
+    """Its μ and σ stay; the others' match is the one they would play without it; its evidence (the
+    proof's evaluations and margins) still counts, and `last_matched` says when it last played."""
+    honest = [ok("a", 0, 0.004), ok("b", 1, 0.002), ok("c", 2, 0.003)]
+    alone = update_ratings(RatingState(), 1, honest, CFG)
+    beside = update_ratings(RatingState(), 1, [*honest, ok("s", 3, 0.05, matched=False)], CFG)
+    for h in ("a", "b", "c"):
+        assert (beside.peers[h].mu, beside.peers[h].sigma) == (alone.peers[h].mu, alone.peers[h].sigma)
+        assert beside.peers[h].last_matched == 1
+    s = beside.peers["s"]
+    assert (s.mu, s.sigma, s.last_matched) == (CFG.mu, CFG.sigma, None)
+    assert (s.evaluations, s.positives, s.margin_sum) == (1, 1, 1.0)
+    # matched the window before, not this one: the record keeps the last window it played
+    again = update_ratings(beside, 2, [*honest, ok("s", 3, 0.05)], CFG)
+    third = update_ratings(again, 3, [*honest, ok("s", 3, 0.05, matched=False)], CFG)
+    assert third.peers["s"].last_matched == 2 and third.peers["s"].mu == again.peers["s"].mu
+    # with it in the match, its large gain wins and the honest peers' μ is lower
+    played = update_ratings(RatingState(), 1, [*honest, ok("s", 3, 0.05)], CFG)
+    assert all(played.peers[h].mu < alone.peers[h].mu for h in ("a", "b", "c"))
+
+
+def honest_and(extra: dict[str, float]) -> tuple[list[PeerWindow], RatingState, dict[str, float]]:
+    """Four full proven peers and `extra` (hotkey: scale), their window and clip reference."""
+    scales = HONEST | extra
+    peers = [sized(h, u, s) for u, (h, s) in enumerate(scales.items())]
+    state = RatingState({h: rating(h, u, 1.0) for u, h in enumerate(scales)}, 4)
+    return peers, state, clip_reference(peers, CheckConfig(), proven_peers(state, CFG))
+
+
+def test_an_inflated_update_stays_out_of_the_match() -> None:
+    """×1.7 is past the band (the selection leaves it out), ×1.2 is inside it, and so are weak ones."""
+    peers, state, reference = honest_and({"big": 1.7, "edge": 1.2, "weak": 0.3})
+    cfg = RankingConfig()
+    assert outside_match(state, peers, cfg, CopyCheck([]), reference) == {"big"}
+    assert outside_match(state, peers, cfg, CopyCheck([])) == set()  # nothing to measure a norm against
+    after = rate_window(state, peers, 5, cfg, CopyCheck([]), reference)
+    assert (after.peers["big"].mu, after.peers["big"].sigma) == (25.0, 8.0)
+    assert after.peers["edge"].last_matched == 5 and after.peers["big"].last_matched is None
+    # invalid or unevaluated peers are not "outside": they never were in it
+    gone = [replace(p, status="invalid", update=None) if p.hotkey == "big" else p for p in peers]
+    assert outside_match(state, gone, cfg, CopyCheck([]), reference) == set()
+
+
+def test_a_peer_under_min_retention_stays_out_with_this_windows_value() -> None:
+    """The retention average with this window's value counted, as the selection will read it."""
+    hotkeys = ("a", "b", "c", "d")
+    steps = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.7}  # d at 0.83 of the window's median
+    state = RatingState(
+        {h: rating(h, u, 1.0, retention=1.0, retention_windows=4) for u, h in enumerate(hotkeys)}, 4
+    )
+    cfg = RankingConfig()
+    assert outside_match(state, stepped(hotkeys, steps), cfg, CopyCheck([])) == set()  # 0.96: still in
+    low = {h: replace(r, retention=0.95) if h == "d" else r for h, r in state.peers.items()}
+    assert outside_match(RatingState(low, 4), stepped(hotkeys, steps), cfg, CopyCheck([])) == {"d"}
+    measured = {h: replace(r, retention=0.9) if h == "d" else r for h, r in state.peers.items()}
+    usual = {**steps, "d": 4.5}  # not measured this window (fewer than three full): the average as it was
+    assert outside_match(RatingState(measured, 4), stepped(hotkeys, usual)[1:], cfg, CopyCheck([])) == {"d"}
+
+
+def test_linked_and_drifting_peers_stay_out() -> None:
+    """Three linked peers all stay out, the later side of a linked pair whose order is clear too; a
+    pair whose order is unclear stays in (the selection keeps one of it). A drifting peer stays out
+    only with the persistence gate on, as the selection does."""
+    peers, state, reference = honest_and({"x": 1.0, "y": 1.0, "z": 1.0})
+    alarm = LinkConfig().alarm
+    ring = {"x": {"y": alarm, "z": alarm}, "y": {"z": alarm}}
+    linked = RatingState({h: replace(r, links=ring.get(h, {})) for h, r in state.peers.items()}, 4)
+    cfg = RankingConfig()
+    assert outside_match(linked, peers, cfg, CopyCheck([]), reference) == {"x", "y", "z"}
+    pair = RatingState(
+        {h: replace(r, links={"h2": alarm} if h == "h1" else {}) for h, r in state.peers.items()}, 4
+    )
+    assert outside_match(pair, peers, cfg, CopyCheck([]), reference) == set()
+    ordered = CopyCheck([], first={("h1", "h2"): "h2"})
+    assert outside_match(pair, peers, cfg, ordered, reference) == {"h1"}
+    drifting = RatingState({h: replace(r, drift=1.0) if h == "x" else r for h, r in state.peers.items()}, 4)
+    assert outside_match(drifting, peers, cfg, CopyCheck([]), reference) == set()
+    gated = replace(cfg, persistence=PersistenceConfig(gate=True))
+    assert outside_match(drifting, peers, gated, CopyCheck([]), reference) == {"x"}
+
+
+@pytest.mark.parametrize("scale", [1.7, 4.0])
+def test_an_inflated_peer_no_longer_tops_the_leaderboard(scale: float) -> None:
+    """Over five windows an inflated peer with the best gain each time stays at its first rating
+    (ordinal 0), under the honest peers that beat the others; matched, it would have led the board."""
+    peers, state, reference = honest_and({"big": scale})
+    proven = {
+        h: PeerRating(h, r.uid, 25.0, 25.0 / 3, evaluations=3, positives=3, margin_sum=3.0)
+        for h, r in state.peers.items()
+    }
+    fresh = RatingState(proven, 4)
+    gains = {"big": 0.03, "h1": 0.01, "h2": 0.011, "h3": 0.012, "h4": 0.013}
+    scored = [
+        replace(p, evaluation=replace(p.evaluation, score=g, own_gain=2 * g))  # training proven each time
+        for p in peers
+        if p.evaluation and (g := gains[p.hotkey])
+    ]
+    kept, matched = fresh, fresh
+    for w in range(5, 10):
+        kept = rate_window(kept, scored, w, RankingConfig(), CopyCheck([]), reference)
+        matched = rate_window(matched, scored, w, RankingConfig(), CopyCheck([]))  # no norm to judge
+    board = [r.hotkey for r in sorted(kept.peers.values(), key=lambda r: (-r.final, -r.ordinal, r.uid))]
+    assert board[:2] == ["h4", "h3"] and kept.peers["big"].ordinal == pytest.approx(0.0, abs=1e-9)
+    assert max(matched.peers.values(), key=lambda r: r.ordinal).hotkey == "big"
+    assert kept.peers["big"].final == 0.0 < matched.peers["big"].final  # proven, but never a final score
+    assert all(kept.peers[h].mu > matched.peers[h].mu for h in ("h2", "h3", "h4"))
