@@ -19,6 +19,8 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
   mean over windows after the warm-up and at the last window (`adversary_weight_last`): what
   cheating earns even when it is never aggregated; `honest_unpaid`: honest peers aggregated in a
   window after the warm-up whom that window's weights pay nothing (window × peer);
+- `leaderboard_adversaries`: of the leaderboard's top places at the end (as many as there are honest
+  peers, in the API's order, storage/ranking.py `rank_key`), how many adversaries hold;
 - `drift_similarity_peak`, `drift_alarmed`, `drift_alarmed_honest`: the persistence check's figures
   (scoring/persistence.py): each behaviour's highest long-lag similarity, and the peers whose
   evidence reached the alarm, which `persistence_gate` (off by default) would have left out.
@@ -49,7 +51,7 @@ import torch  # noqa: E402
 
 from scoring.corpus import generate_corpus  # noqa: E402
 from scoring.persistence import over_alarm  # noqa: E402
-from storage.queries import rank_key  # noqa: E402
+from storage.ranking import rank_key  # noqa: E402
 from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
 from validator.demo.sim.plugins import parse_peers  # noqa: E402
@@ -79,6 +81,7 @@ TARGETS = {
     "coverage": 1.0,
     "adversary_selections": 0,
     "adversary_weight": 0.0,
+    "leaderboard_adversaries": 0,
     "loss_ratio_max": 1.02,
     "spearman_min": 0.9,
     "framed": 0,

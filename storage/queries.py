@@ -10,6 +10,7 @@ from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from storage import models as m
+from storage.ranking import rank_key, recency
 from storage.records import (
     COMMITTED,
     CopyPairRecord,
@@ -24,7 +25,6 @@ from storage.records import (
     WeightSetRecord,
     WindowRecord,
     WindowSummary,
-    ordinal,
 )
 from storage.sketch_rows import SketchRecord, unsigned_seed
 from storage.writer import utc
@@ -85,24 +85,6 @@ def aggregated_archived(
     return [(w, h, d) for w, h, d in session.execute(stmt) if d is not None]
 
 
-def rank_key(
-    final_score: float,
-    mu: float,
-    sigma: float,
-    uid: int,
-    hotkey: str = "",
-    last_aggregated: int | None = None,
-) -> tuple[Any, ...]:
-    """THE ranking rule, used by the API, the dashboard (through the API) and the CLI table: best
-    final score first; among equal ones (many peers tie at 0) the more recently aggregated first,
-    as chain weights pay aggregated work (scoring/earnings.py): a peer the aggregate left out must not
-    rank above honest work it won matches against before it was found out; then the better ordinal
-    mu - 3 sigma (an ok peer must not rank below an invalid one), then the lower uid; the hotkey only
-    makes it total."""
-    recency = -1 if last_aggregated is None else last_aggregated
-    return (-final_score, -recency, -ordinal(mu, sigma), uid, hotkey)
-
-
 def leaderboard(*, session: Session, limit: int | None = None) -> list[LeaderboardEntry]:
     """Peers in `rank_key` order, best first (rank 1)."""
     cols = (
@@ -119,13 +101,9 @@ def leaderboard(*, session: Session, limit: int | None = None) -> list[Leaderboa
     # Sorted here, not in SQL, so that the one rule is spelled once (one row per peer: small).
     rows = sorted(
         session.execute(select(*cols)),
-        key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], _window(r[8].get("last_aggregated"))),
+        key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], recency(r[8])),
     )
     return [LeaderboardEntry(i, *row[:8]) for i, row in enumerate(rows[:limit], start=1)]
-
-
-def _window(value: object) -> int | None:
-    return value if isinstance(value, int) else None
 
 
 def peer_history(

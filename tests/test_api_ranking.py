@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from scoring.ranking import PeerRating, RatingState
-from storage.queries import rank_key
+from storage.ranking import rank_key
 from tests.api_fixtures import AGGREGATED, TIED, TIED_ORDER, config_for, run_server, tied_database
 from validator.demo.summary import DemoSummary, leaderboard_lines
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scoring.types import Reason
-from storage.queries import rank_key
+from storage.ranking import rank_key
 from tests.e2e_fixtures import FIRST, WINDOWS, ScenarioRun
 
 ADVERSARIES = {"lazy", "copycat", "replay", "noise", "scaled", "stale", "late", "malformed", "free_rider"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scoring.ranking import RatingState
-from storage.queries import rank_key
+from storage.ranking import rank_key
 from validator.demo.fidelity import honest_spearman
 from validator.round.loop import WindowReport
 
