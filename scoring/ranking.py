@@ -5,14 +5,15 @@ and touches nothing else, so storage can persist it and replay can recompute it 
 
 Choices where the design leaves room (all configurable):
 - the final score is a proven peer's ordinal × sync: one −1 indicator (a coin flip for honest peers)
-  cost a full peer 23 % as a factor; the BMA gates it from the (warm-up + 1)-th *evaluation* on;
+  cost a full peer 23 % as a factor; the BMA gates it from the (warm-up + 1)-th *evaluation* on,
+  and averages the ±1 the proof counts (a margin within `proof_tie` of 0 is +1: two −1s by a hair
+  gated a ¼-steps peer aggregated in bench_fidelity's weak_half, seed 2, out of its pay);
 - a valid submission that was not sampled for evaluation keeps its final score as it was;
 - only evaluated peers enter the match: missing or invalid peers are penalised on their own, not
   beaten as opponents (that lifted every evaluated peer, cheaters too); nor do peers whose gain
   overstates their work (`PeerOutcome.matched`), whose final score is 0 in such a window;
-- missing, early and late submissions count as misses; invalid ones set the final score to 0;
-- a peer the fetch never got to (`skipped`) is left as it was;
-- training is *proven* (scoring/proof.py) by evidence accumulated over evaluations;
+- missing, early and late submissions count as misses; invalid ones set the final score to 0; a
+  peer the fetch never got to (`skipped`) is left as it was;
 - a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
 - a peer absent from the outcomes is inactive (dropped after `inactive_reset_windows`); a uid under
   a new hotkey, or a hotkey under a new uid, starts a fresh peer.
@@ -30,7 +31,7 @@ from openskill.models import PlackettLuce
 
 from scoring.page_test import PageTestConfig
 from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
-from scoring.proof import proven, with_evidence
+from scoring.proof import positive, proven, with_evidence
 from scoring.uniqueness import CopyTier
 
 
@@ -59,9 +60,8 @@ class RatingConfig:
     proof_z: float = 1.0
     proof_margin: float = 0.03
     proof_min_evaluations: int = 3
-    # a margin above −proof_tie counts towards the +1 rate: a −1 by a hair is a tie, not evidence of
-    # lazy training (an honest peer with margins 0.49, 0.16, −0.001, −0.001 lost its proof in
-    # bench_fidelity's poison_strong run, seed 0; no adversary's proof changed at a tie up to 0.05)
+    # a margin above −proof_tie counts as +1 (proof.positive): a −1 by a hair is a tie, not evidence of
+    # lazy training (no adversary's proof changed at a tie up to 0.05, bench_fidelity)
     proof_tie: float = 0.01
     retention_alpha: float = 0.25  # the newest window's least weight in the retention average (proof.py)
     # each window's relative retention enters the average clipped to 1 ± this: the rule was calibrated
@@ -149,8 +149,8 @@ class PeerRating:
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> PeerRating:
         fields = dataclasses.fields(PeerRating)
-        required = {f.name for f in fields if f.default is dataclasses.MISSING}
         names = {f.name for f in fields}
+        required = {f.name for f in fields if f.default is dataclasses.MISSING}
         if not required <= set(data) <= names:  # states stored before a field existed take its default
             raise ValueError(f"peer rating fields differ: {sorted(set(data) ^ names)}")
         return PeerRating(**data)
@@ -186,6 +186,7 @@ def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
 
 
 def update_bma(bma: float, indicator: float, alpha: float) -> float:
+    """An exponential average of ±1 per evaluation (`_apply_outcome` passes the proof's tie-aware one)."""
     return (1.0 - alpha) * bma + alpha * indicator
 
 
@@ -256,7 +257,7 @@ def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingCon
     if o.score is not None and o.indicator is not None:
         peer = replace(
             with_evidence(peer, o, cfg),
-            bma=update_bma(peer.bma, o.indicator, cfg.bma_alpha),
+            bma=update_bma(peer.bma, 1 if positive(o, cfg) else -1, cfg.bma_alpha),
             last_evaluated=window,
             last_matched=window if o.matched else peer.last_matched,
             consecutive_misses=0,

@@ -62,6 +62,16 @@ def test_an_inflated_update_stays_out_of_the_match() -> None:
     after = rate_window(state, peers, 5, cfg, CopyCheck([]), reference)
     assert (after.peers["big"].mu, after.peers["big"].sigma) == (25.0, 8.0)
     assert after.peers["edge"].last_matched == 5 and after.peers["big"].last_matched is None
+    # a gain under the selection's floor (a quarter of the window's median) overstates nothing: such
+    # a peer plays and loses, inflated or not
+    for weak_gain in (-0.01, 0.001):
+        low = [
+            replace(p, evaluation=replace(p.evaluation, score=weak_gain))
+            if p.hotkey == "big" and p.evaluation
+            else p
+            for p in peers
+        ]
+        assert outside_match(state, low, cfg, CopyCheck([]), reference) == set()
     # invalid or unevaluated peers are not "outside": they never were in it
     gone = [replace(p, status="invalid", update=None) if p.hotkey == "big" else p for p in peers]
     assert outside_match(state, gone, cfg, CopyCheck([]), reference) == set()

@@ -178,6 +178,19 @@ def test_bma_after_consecutive_positive_indicators() -> None:
     assert values == pytest.approx([0.05, 0.0975, 0.142625], abs=1e-15)
 
 
+def test_the_bma_counts_a_tie_as_the_proof_does() -> None:
+    """A margin within proof_tie of 0 is −1 as an indicator but a tie for the proof, and for the BMA:
+    two of them after two +1s left a ¼-steps peer's BMA at −0.01, gated out of its pay although it
+    was aggregated (bench_fidelity's weak_half, seed 2). A clear −1 still lowers it."""
+    state = RatingState()
+    margins = {1: 0.02, 2: 0.02, 3: -0.002, 4: -0.002}  # own gain ÷ held-out gain − 1
+    for w, m in margins.items():
+        state = update_ratings(state, w, [ok("a", 0, 0.01, -1 if m < 0 else 1, own_gain=0.01 * (1 + m))], CFG)
+    assert state.peers["a"].bma == pytest.approx(update_bma(0.142625, 1, 0.05))
+    clear = update_ratings(state, 5, [ok("a", 0, 0.01, -1, own_gain=0.009)], CFG)  # margin −0.1
+    assert clear.peers["a"].bma == pytest.approx(update_bma(state.peers["a"].bma, -1, 0.05))
+
+
 def test_final_score_is_a_proven_peers_ordinal_gated_by_the_bma() -> None:
     evidence = {"evaluations": 3, "positives": 3, "margin_sum": 0.3}
     p = PeerRating("a", 0, mu=30.0, sigma=5.0, bma=0.5, **evidence)

@@ -166,7 +166,12 @@ def outside_match(
             out.add(p.hotkey)
     kin = twins_of(state, copies, cfg)
     out |= set(kin.later) | {h for group in clusters(kin.twins) if len(group) > 2 for h in group}
-    return frozenset(out & set(gains))
+    # only a gain worth aggregating can overstate anything: under the selection's floor a peer plays,
+    # and loses (a `noise` peer's near-zero gains read as a low retention, and kept out of the match
+    # it no longer lost to the honest peers: their μ fell 2-5 in the demo)
+    positive = [g for g in gains.values() if g > 0.0]
+    floor = cfg.selection.gain_floor * median(positive) if positive else 0.0
+    return frozenset(h for h in out if h in gains and gains[h] > 0.0 and gains[h] >= floor)
 
 
 @dataclass(frozen=True, slots=True)
