@@ -109,6 +109,14 @@ def test_linked_and_drifting_peers_stay_out() -> None:
     assert outside_match(pair, peers, cfg, CopyCheck([]), reference) == set()
     ordered = CopyCheck([], first={("h1", "h2"): "h2"})
     assert outside_match(pair, peers, cfg, ordered, reference) == {"h1"}
+    # evidence that reaches the alarm with this window's resemblance: out of this window's match, as
+    # the selection, which reads the links after it, leaves them out of this window's aggregate
+    near = {"x": {"y": 0.07, "z": 0.07}, "y": {"x": 0.07, "z": 0.07}, "z": {"x": 0.07, "y": 0.07}}
+    before = RatingState({h: replace(r, links=near.get(h, {})) for h, r in state.peers.items()}, 4)
+    compared = tuple(p.hotkey for p in peers)
+    alike = CopyCheck([], compared, {("x", "y"): 0.1, ("x", "z"): 0.1, ("y", "z"): 0.1})
+    assert outside_match(before, peers, cfg, CopyCheck([], compared), reference) == set()
+    assert outside_match(before, peers, cfg, alike, reference) == {"x", "y", "z"}
     drifting = RatingState({h: replace(r, drift=1.0) if h == "x" else r for h, r in state.peers.items()}, 4)
     assert outside_match(drifting, peers, cfg, CopyCheck([]), reference) == set()
     gated = replace(cfg, persistence=PersistenceConfig(gate=True))

@@ -164,7 +164,16 @@ def outside_match(
         average = rating.retention if r is None else retention_after(rating, r, cfg.rating)
         if (average is not None and average < floor) or drifting(rating.drift, cfg.persistence):
             out.add(p.hotkey)
-    kin = twins_of(state, copies, cfg)
+    # links with this window's evidence, as the selection reads them after the match
+    now = update_links(
+        {h: p.links for h, p in state.peers.items() if p.links},
+        copies.compared,
+        copies.resemblances,
+        cfg.links,
+    )
+    kin = twins_of(
+        RatingState({h: replace(p, links=now.get(h, {})) for h, p in state.peers.items()}), copies, cfg
+    )
     out |= set(kin.later) | {h for group in clusters(kin.twins) if len(group) > 2 for h in group}
     # only a gain worth aggregating can overstate anything: under the selection's floor a peer plays,
     # and loses (a `noise` peer's near-zero gains read as a low retention, and kept out of the match
