@@ -19,8 +19,8 @@ aggregated: the better rated, then the smaller key; a group of three or more lin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Generic, TypeVar
 
@@ -103,16 +103,10 @@ def select_aggregation(
     twins: Sequence[tuple[str, str]] = (),
 ) -> Selection[str]:
     """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
-    evidence = [c for c in candidates if _admissible(c, cfg)]
-    limit = inflation_limit([c.inflation for c in evidence], cfg)
-    admissible = _retained([c for c in evidence if c.inflation <= limit], cfg.min_retention)
+    admissible, floor = _sifted(candidates, cfg)
     gains = [c.gain for c in admissible if c.gain is not None]
-    floor = cfg.gain_floor * median(gains) if gains else 0.0
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    # groups form among this window's candidates: a copier rejected as such (or absent) neither
-    # shields nor sinks the peer it resembles
-    present = {c.key for c in candidates}
-    for group in clusters([(a, b) for a, b in twins if a in present and b in present]):
+    for group in _groups(candidates, twins):
         members = sorted((k for k in group if k in kept), key=lambda k: (-kept[k].final, k))
         # a pair keeps its better member; three or more peers sharing one residual direction are a
         # colluding cluster (or a victim copied by several at once): none of them steers the model
@@ -131,6 +125,44 @@ def select_aggregation(
         reserve,
         contribution_weights(gather, cfg, median(gains) if gains else 1.0, typical_mass),
     )
+
+
+def left_out_for_cause(
+    candidates: Sequence[Candidate],
+    cfg: SelectionConfig = SelectionConfig(),
+    twins: Sequence[tuple[str, str]] = (),
+    later: Collection[str] = frozenset(),
+) -> frozenset[str]:
+    """The candidates whose gain reaches the window's floor but which `select_aggregation` (over the
+    candidates that are not `later`) leaves out for a cause that its gain does not show: an inflated
+    norm, a low retention, a drifting direction, a group of three or more twins; and the `later`
+    side of a linked pair. Their gain at β overstates their work (validator/round/rating.py keeps
+    them out of the rating match)."""
+    rest = [c for c in candidates if c.key not in later]
+    admissible, floor = _sifted(rest, cfg)
+    passed = {c.key for c in admissible}
+    steady = [replace(c, drifting=False) for c in candidates]
+    out = {c.key for c in steady if _admissible(c, cfg) and (c.key in later or c.key not in passed)}
+    out |= {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
+    gains = {c.key: c.gain for c in candidates}
+    return frozenset(k for k in out if (g := gains.get(k)) is not None and g > 0.0 and g >= floor)
+
+
+def _sifted(candidates: Sequence[Candidate], cfg: SelectionConfig) -> tuple[list[Candidate], float]:
+    """The candidates admissible by evidence whose norm is inside the band and whose retention holds,
+    and the window's gain floor (`gain_floor` × their median gain)."""
+    evidence = [c for c in candidates if _admissible(c, cfg)]
+    limit = inflation_limit([c.inflation for c in evidence], cfg)
+    admissible = _retained([c for c in evidence if c.inflation <= limit], cfg.min_retention)
+    gains = [c.gain for c in admissible if c.gain is not None]
+    return admissible, cfg.gain_floor * median(gains) if gains else 0.0
+
+
+def _groups(candidates: Sequence[Candidate], twins: Sequence[tuple[str, str]]) -> list[set[str]]:
+    """Groups of twins among this window's candidates: a copier rejected as such (or absent) neither
+    shields nor sinks the peer it resembles."""
+    present = {c.key for c in candidates}
+    return clusters([(a, b) for a, b in twins if a in present and b in present])
 
 
 def contribution_weights(

@@ -14,7 +14,7 @@ from scoring.uniqueness import CopyCheck
 from tests.test_selection import rating, sized, stepped
 from validator.round.checking import CheckConfig, clip_reference, proven_peers
 from validator.round.outcomes import PeerWindow
-from validator.round.rating import RankingConfig, outside_match, rate_window
+from validator.round.rating import RankingConfig, outside_match, rate_window, select_window, twins_of
 
 CFG = RatingConfig()
 HONEST = {"h1": 1.0, "h2": 0.98, "h3": 1.0, "h4": 0.97}
@@ -57,8 +57,8 @@ def test_an_inflated_update_stays_out_of_the_match() -> None:
     """×1.7 is past the band (the selection leaves it out), ×1.2 is inside it, and so are weak ones."""
     peers, state, reference = honest_and({"big": 1.7, "edge": 1.2, "weak": 0.3})
     cfg = RankingConfig()
-    assert outside_match(state, peers, cfg, CopyCheck([]), reference) == {"big"}
-    assert outside_match(state, peers, cfg, CopyCheck([])) == set()  # nothing to measure a norm against
+    assert outside_match(state, peers, 5, cfg, CopyCheck([]), reference) == {"big"}
+    assert outside_match(state, peers, 5, cfg, CopyCheck([])) == set()  # nothing to measure a norm against
     after = rate_window(state, peers, 5, cfg, CopyCheck([]), reference)
     assert (after.peers["big"].mu, after.peers["big"].sigma) == (25.0, 8.0)
     assert after.peers["edge"].last_matched == 5 and after.peers["big"].last_matched is None
@@ -71,26 +71,31 @@ def test_an_inflated_update_stays_out_of_the_match() -> None:
             else p
             for p in peers
         ]
-        assert outside_match(state, low, cfg, CopyCheck([]), reference) == set()
+        assert outside_match(state, low, 5, cfg, CopyCheck([]), reference) == set()
     # invalid or unevaluated peers are not "outside": they never were in it
     gone = [replace(p, status="invalid", update=None) if p.hotkey == "big" else p for p in peers]
-    assert outside_match(state, gone, cfg, CopyCheck([]), reference) == set()
+    assert outside_match(state, gone, 5, cfg, CopyCheck([]), reference) == set()
 
 
 def test_a_peer_under_min_retention_stays_out_with_this_windows_value() -> None:
-    """The retention average with this window's value counted, as the selection will read it."""
+    """The retention average with this window's value counted, as the selection reads it after the
+    window: `rate_window` folds the window's evidence in before it decides who plays."""
     hotkeys = ("a", "b", "c", "d")
     steps = {"a": 4.5, "b": 4.4, "c": 4.6, "d": 3.7}  # d at 0.83 of the window's median
-    state = RatingState(
-        {h: rating(h, u, 1.0, retention=1.0, retention_windows=4) for u, h in enumerate(hotkeys)}, 4
-    )
     cfg = RankingConfig()
-    assert outside_match(state, stepped(hotkeys, steps), cfg, CopyCheck([])) == set()  # 0.96: still in
-    low = {h: replace(r, retention=0.95) if h == "d" else r for h, r in state.peers.items()}
-    assert outside_match(RatingState(low, 4), stepped(hotkeys, steps), cfg, CopyCheck([])) == {"d"}
-    measured = {h: replace(r, retention=0.9) if h == "d" else r for h, r in state.peers.items()}
-    usual = {**steps, "d": 4.5}  # not measured this window (fewer than three full): the average as it was
-    assert outside_match(RatingState(measured, 4), stepped(hotkeys, usual)[1:], cfg, CopyCheck([])) == {"d"}
+
+    def rated(d_before: float) -> tuple[RatingState, set[str]]:
+        peers = {h: rating(h, u, 1.0, retention=1.0, retention_windows=4) for u, h in enumerate(hotkeys)}
+        state = RatingState({**peers, "d": replace(peers["d"], retention=d_before)}, 4)
+        after = rate_window(state, stepped(hotkeys, steps), 5, cfg, CopyCheck([]))
+        return after, set(select_window(after, stepped(hotkeys, steps), 5, cfg).gather)
+
+    after, gathered = rated(1.0)  # 0.75 × 1.0 + 0.25 × 0.83 = 0.96: in the match and aggregated
+    assert after.peers["d"].last_matched == 5 and "d" in gathered
+    after, gathered = rated(0.95)  # 0.92 with this window's: out of both
+    assert after.peers["d"].last_matched is None and "d" not in gathered
+    assert (after.peers["d"].mu, after.peers["d"].final) == (25.0, 0.0)
+    assert all(after.peers[h].last_matched == 5 for h in "abc")
 
 
 def test_linked_and_drifting_peers_stay_out() -> None:
@@ -102,25 +107,29 @@ def test_linked_and_drifting_peers_stay_out() -> None:
     ring = {"x": {"y": alarm, "z": alarm}, "y": {"z": alarm}}
     linked = RatingState({h: replace(r, links=ring.get(h, {})) for h, r in state.peers.items()}, 4)
     cfg = RankingConfig()
-    assert outside_match(linked, peers, cfg, CopyCheck([]), reference) == {"x", "y", "z"}
+    assert outside_match(linked, peers, 5, cfg, CopyCheck([]), reference) == {"x", "y", "z"}
     pair = RatingState(
         {h: replace(r, links={"h2": alarm} if h == "h1" else {}) for h, r in state.peers.items()}, 4
     )
-    assert outside_match(pair, peers, cfg, CopyCheck([]), reference) == set()
+    assert outside_match(pair, peers, 5, cfg, CopyCheck([]), reference) == set()
     ordered = CopyCheck([], first={("h1", "h2"): "h2"})
-    assert outside_match(pair, peers, cfg, ordered, reference) == {"h1"}
+    assert outside_match(pair, peers, 5, cfg, ordered, reference) == {"h1"}
     # evidence that reaches the alarm with this window's resemblance: out of this window's match, as
     # the selection, which reads the links after it, leaves them out of this window's aggregate
     near = {"x": {"y": 0.07, "z": 0.07}, "y": {"x": 0.07, "z": 0.07}, "z": {"x": 0.07, "y": 0.07}}
     before = RatingState({h: replace(r, links=near.get(h, {})) for h, r in state.peers.items()}, 4)
     compared = tuple(p.hotkey for p in peers)
     alike = CopyCheck([], compared, {("x", "y"): 0.1, ("x", "z"): 0.1, ("y", "z"): 0.1})
-    assert outside_match(before, peers, cfg, CopyCheck([], compared), reference) == set()
-    assert outside_match(before, peers, cfg, alike, reference) == {"x", "y", "z"}
+    for copies, out in ((CopyCheck([], compared), set()), (alike, {"x", "y", "z"})):
+        after = rate_window(before, peers, 5, cfg, copies, reference)
+        assert {h for h, r in after.peers.items() if r.last_matched != 5} == out
+        assert out.isdisjoint(
+            select_window(after, peers, 5, cfg, twins_of(after, copies, cfg), reference).gather
+        )
     drifting = RatingState({h: replace(r, drift=1.0) if h == "x" else r for h, r in state.peers.items()}, 4)
-    assert outside_match(drifting, peers, cfg, CopyCheck([]), reference) == set()
+    assert outside_match(drifting, peers, 5, cfg, CopyCheck([]), reference) == set()
     gated = replace(cfg, persistence=PersistenceConfig(gate=True))
-    assert outside_match(drifting, peers, gated, CopyCheck([]), reference) == {"x"}
+    assert outside_match(drifting, peers, 5, gated, CopyCheck([]), reference) == {"x"}
 
 
 @pytest.mark.parametrize("scale", [1.7, 4.0])
@@ -148,3 +157,32 @@ def test_an_inflated_peer_no_longer_tops_the_leaderboard(scale: float) -> None:
     assert max(matched.peers.values(), key=lambda r: r.ordinal).hotkey == "big"
     assert kept.peers["big"].final == 0.0 < matched.peers["big"].final  # proven, but never a final score
     assert all(kept.peers[h].mu > matched.peers[h].mu for h in ("h2", "h3", "h4"))
+
+
+def test_a_peer_linked_to_absent_sybils_still_plays() -> None:
+    """Two sybils that resembled a victim for long enough to link it, then went quiet (or sent junk):
+    the selection forms groups among this window's candidates only, so the victim is aggregated, and
+    it must play the match too (kept out, its final score would be 0 and its pay with it)."""
+    peers, state, reference = honest_and({"victim": 1.0})
+    alarm = LinkConfig().alarm
+    ratings = {**state.peers, "s1": rating("s1", 8, 1.0), "s2": rating("s2", 9, 1.0)}
+    ring = {"victim": {"s1": alarm, "s2": alarm}, "s1": {"s2": alarm}}
+    linked = RatingState({h: replace(r, links=ring.get(h, {})) for h, r in ratings.items()}, 4)
+    cfg = RankingConfig()
+    assert outside_match(linked, peers, 5, cfg, CopyCheck([]), reference) == set()
+    after = rate_window(linked, peers, 5, cfg, CopyCheck([]), reference)
+    assert after.peers["victim"].last_matched == 5
+    kin = twins_of(after, CopyCheck([]), cfg)
+    assert "victim" in select_window(after, peers, 5, cfg, kin, reference).gather
+
+
+def test_peers_that_do_not_count_cannot_widen_the_band() -> None:
+    """The band is the selection's, drawn over the peers it admits: three unproven identities at ×1.6
+    do not carry a proven ×1.4 update back into the match (a band over every gaining peer did)."""
+    peers, state, _ = honest_and({"big": 1.4, "u1": 1.6, "u2": 1.6, "u3": 1.6})
+    fresh = {"evaluations": 0, "positives": 0, "margin_sum": 0.0}
+    unproven = RatingState({h: replace(r, **fresh) if h[0] == "u" else r for h, r in state.peers.items()}, 4)  # type: ignore[arg-type]
+    reference = clip_reference(peers, CheckConfig(), proven_peers(unproven, CFG))
+    cfg = RankingConfig()
+    assert outside_match(unproven, peers, 5, cfg, CopyCheck([]), reference) == {"big"}
+    assert "big" not in select_window(unproven, peers, 5, cfg, reference=reference).gather

@@ -14,7 +14,7 @@ from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
 from scoring.page_test import own_t
 from scoring.persistence import PersistenceConfig, drifting
-from scoring.proof import proven, retention_after
+from scoring.proof import proven
 from scoring.ranking import (
     PeerOutcome,
     RatingConfig,
@@ -22,14 +22,7 @@ from scoring.ranking import (
     Status,
     update_ratings,
 )
-from scoring.selection import (
-    Candidate,
-    Selection,
-    SelectionConfig,
-    clusters,
-    inflation_limit,
-    select_aggregation,
-)
+from scoring.selection import Candidate, Selection, SelectionConfig, left_out_for_cause, select_aggregation
 from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
@@ -123,9 +116,19 @@ def rate_window(
     reference: Mapping[str, float] | None = None,
 ) -> RatingState:
     """The ratings after `window`, each peer's links across windows (scoring/links.py) included;
-    `reference`: the window's clip reference (`relative_retentions`)."""
-    outside = outside_match(state, peers, cfg, copies, reference)
-    rated = update_ratings(state, window, outcomes_of(peers, reference, outside), cfg.rating)
+    `reference`: the window's clip reference (`relative_retentions`). The window's evidence is folded
+    in first with nobody matched, so that `outside_match` reads what the selection will."""
+    everyone = {p.hotkey for p in peers}
+    evidence = _with_links(
+        update_ratings(state, window, outcomes_of(peers, reference, everyone), cfg.rating), copies, cfg
+    )
+    outside = outside_match(evidence, peers, window, cfg, copies, reference)
+    return _with_links(
+        update_ratings(state, window, outcomes_of(peers, reference, outside), cfg.rating), copies, cfg
+    )
+
+
+def _with_links(rated: RatingState, copies: CopyCheck, cfg: RankingConfig) -> RatingState:
     before = {h: p.links for h, p in rated.peers.items() if p.links}
     links = update_links(before, copies.compared, copies.resemblances, cfg.links)
     linked = {
@@ -136,51 +139,24 @@ def rate_window(
 
 
 def outside_match(
-    state: RatingState,
+    evidence: RatingState,
     peers: Sequence[PeerWindow],
+    window: int,
     cfg: RankingConfig,
     copies: CopyCheck,
     reference: Mapping[str, float] | None = None,
 ) -> frozenset[str]:
-    """The evaluated peers whose held-out gain at β overstates their work, by the selection's own
-    rules: an update inflated past the window's honest band (`sandbag`), a retention average with
-    this window's under `min_retention` (`sandbag_matched`), the later side of a linked pair and every
-    member of a group of three or more (`collude`), and a drifting peer (persistence gate on). The
-    selection leaves them out of the aggregate; in the match their wins pushed honest μ down and
-    them to the top of the leaderboard (README, *Scoring fidelity*). They stay out of it: μ and σ
-    keep their values, while their evidence (proof, retention, links) is still folded in."""
-    gains = {p.hotkey: p.evaluation.score for p in peers if p.valid and p.evaluation is not None}
-    scored = [p for p in peers if p.hotkey in gains]
-    out: set[str] = set()
-    if reference:  # the band as the selection draws it: from the updates that gained
-        sizes = {p.hotkey: inflation(p.update.norms(), reference) for p in scored if p.update is not None}
-        gaining = [size for h, size in sizes.items() if gains[h] > 0.0]
-        out |= {h for h, size in sizes.items() if size > inflation_limit(gaining, cfg.selection)}
-    relative, floor = relative_retentions(peers, reference), cfg.selection.min_retention
-    for p in scored:
-        if (rating := state.peers.get(p.hotkey)) is None:
-            continue
-        r = relative.get(p.hotkey)
-        average = rating.retention if r is None else retention_after(rating, r, cfg.rating)
-        if (average is not None and average < floor) or drifting(rating.drift, cfg.persistence):
-            out.add(p.hotkey)
-    # links with this window's evidence, as the selection reads them after the match
-    now = update_links(
-        {h: p.links for h, p in state.peers.items() if p.links},
-        copies.compared,
-        copies.resemblances,
-        cfg.links,
-    )
-    kin = twins_of(
-        RatingState({h: replace(p, links=now.get(h, {})) for h, p in state.peers.items()}), copies, cfg
-    )
-    out |= set(kin.later) | {h for group in clusters(kin.twins) if len(group) > 2 for h in group}
-    # only a gain worth aggregating can overstate anything: under the selection's floor a peer plays,
-    # and loses (a `noise` peer's near-zero gains read as a low retention, and kept out of the match
-    # it no longer lost to the honest peers: their μ fell 2-5 in the demo)
-    positive = [g for g in gains.values() if g > 0.0]
-    floor = cfg.selection.gain_floor * median(positive) if positive else 0.0
-    return frozenset(h for h in out if h in gains and gains[h] > 0.0 and gains[h] >= floor)
+    """The evaluated peers whose held-out gain at β overstates their work: those the selection, over
+    the same candidates, leaves out for a cause its gain does not show (scoring/selection.py
+    `left_out_for_cause`: an inflated norm, a low retention, links, a drifting direction), read from
+    `evidence`, the ratings with this window's evidence and links and no match (`rate_window`; the
+    drift evidence is the window before's: it is folded in after rating, validator/round/drift.py).
+    In the match their wins pushed honest μ down and them to the top of the leaderboard (README,
+    *Scoring fidelity*). They stay out of it: μ and σ keep their values, while their evidence
+    (proof, retention, links) is still folded in."""
+    kin = twins_of(evidence, copies, cfg)
+    candidates = _candidates(evidence, peers, window, cfg, reference)
+    return left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +201,22 @@ def select_window(
 ) -> Selection[str]:
     """Every peer that proved its training and contributes, ordered by final score
     (scoring/selection.py); `twins` (`twins_of`): pairs of which at most one may be aggregated."""
+    candidates = _candidates(state, peers, window, cfg, reference)
+    return select_aggregation([c for c in candidates if c.key not in kin.later], cfg.selection, kin.twins)
+
+
+def _candidates(
+    state: RatingState,
+    peers: Sequence[PeerWindow],
+    window: int,
+    cfg: RankingConfig,
+    reference: Mapping[str, float] | None = None,
+) -> list[Candidate]:
+    """Each valid, rated peer as the selection sees it."""
     candidates = []
     for p in peers:
         rating, e = state.peers.get(p.hotkey), p.evaluation
-        if not p.valid or rating is None or p.hotkey in kin.later:
+        if not p.valid or rating is None:
             continue
         norms = p.update.norms() if p.update is not None else None
         candidates.append(
@@ -246,7 +234,7 @@ def select_window(
                 drifting=drifting(rating.drift, cfg.persistence),
             )
         )
-    return select_aggregation(candidates, cfg.selection, kin.twins)
+    return candidates
 
 
 def weights_for(state: RatingState, window: int, policy: WeightPolicy, paid_windows: int) -> dict[int, float]:
