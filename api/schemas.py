@@ -190,7 +190,7 @@ class SubmissionOut(Schema):
     norm: float | None = Field(default=None, description="the decoded update's total norm (valid updates)")
     inflation: float | None = Field(
         default=None, description="the update's median per-parameter norm ÷ the window's clip reference: "
-        "above max_inflation (1.25 by default) it is evaluated but neither aggregated nor matched",
+        "past max_inflation (1.25) × the window's honest band it is evaluated, not aggregated",
     )  # fmt: skip
 
 

@@ -37,9 +37,10 @@ def ranked_by_uid(state: RatingState, window: int, paid_windows: int) -> list[tu
     """(uid, score) for weight policies, best first; a peer that is not `paid` scores 0.
 
     A paid peer scores its final score. At a final score of 0 *because its ordinal is ≤ 0* (its σ is
-    still wide, or the match ranked it under peers the aggregate then left out) it still scores:
-    under half the lowest positive final, higher ordinals higher, equal ones alike. A final score
-    set to 0 by a gate or a penalty (the BMA, an invalid submission, a miss) stays 0. Measured with
+    still wide, or the match ranked it under its equals, or under colluders before their links
+    formed) it still scores: under half the lowest positive final, higher ordinals higher, equal ones
+    alike. A final score set to 0 by a gate or a penalty (the BMA, an invalid submission, a miss, a
+    window out of the match: validator/round/rating.py `outside_match`) stays 0. Measured with
     bench_fidelity (seed 0, 8 windows): 9 of 20 honest aggregations after warm-up in the honest-only
     run, and 19 of 20 beside three colluders, were paid nothing by `max(ordinal, 0)` alone (README,
     *Scoring fidelity*). Under the power policy such a peer's weight is small; the rank policy (the
