@@ -103,7 +103,7 @@ def select_aggregation(
     twins: Sequence[tuple[str, str]] = (),
 ) -> Selection[str]:
     """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
-    admissible, floor = _sifted(candidates, cfg)
+    _, admissible, floor = _sifted(candidates, cfg)
     gains = [c.gain for c in admissible if c.gain is not None]
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
     for group in _groups(candidates, twins):
@@ -134,28 +134,34 @@ def left_out_for_cause(
     later: Collection[str] = frozenset(),
 ) -> frozenset[str]:
     """The candidates whose gain reaches the window's floor but which `select_aggregation` (over the
-    candidates that are not `later`) leaves out for a cause that its gain does not show: an inflated
-    norm, a low retention, a drifting direction, a group of three or more twins; and the `later`
-    side of a linked pair. Their gain at β overstates their work (validator/round/rating.py keeps
-    them out of the rating match)."""
+    candidates that are not `later`) leaves out, or would once proven, for a cause that its gain
+    does not show: an inflated norm, a low retention, a drifting direction, a group of three or more
+    twins; and the `later` side of a linked pair. Their gain at β overstates their work
+    (validator/round/rating.py keeps them out of the rating match). The band and the floor are the
+    selection's, drawn over the peers it admits: identities that do not count cannot move them."""
     rest = [c for c in candidates if c.key not in later]
-    admissible, floor = _sifted(rest, cfg)
-    passed = {c.key for c in admissible}
-    steady = [replace(c, drifting=False) for c in candidates]
-    out = {c.key for c in steady if _admissible(c, cfg) and (c.key in later or c.key not in passed)}
-    out |= {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
-    gains = {c.key: c.gain for c in candidates}
-    return frozenset(k for k in out if (g := gains.get(k)) is not None and g > 0.0 and g >= floor)
+    limit, _, floor = _sifted(rest, cfg)
+    grouped = {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
+    out = set()
+    for c in candidates:
+        if c.gain is None or c.gain <= 0.0 or c.gain < floor:
+            continue
+        if not _admissible(replace(c, proven=True, drifting=False), cfg):
+            continue  # banned, or a streak of harmful updates: it plays, and loses
+        unretained = c.retention is not None and c.retention < cfg.min_retention
+        if c.key in later or c.drifting or c.inflation > limit or unretained or c.key in grouped:
+            out.add(c.key)
+    return frozenset(out)
 
 
-def _sifted(candidates: Sequence[Candidate], cfg: SelectionConfig) -> tuple[list[Candidate], float]:
-    """The candidates admissible by evidence whose norm is inside the band and whose retention holds,
-    and the window's gain floor (`gain_floor` × their median gain)."""
+def _sifted(candidates: Sequence[Candidate], cfg: SelectionConfig) -> tuple[float, list[Candidate], float]:
+    """The inflation limit, the candidates admissible by evidence whose norm is inside it and whose
+    retention holds, and the window's gain floor (`gain_floor` × their median gain)."""
     evidence = [c for c in candidates if _admissible(c, cfg)]
     limit = inflation_limit([c.inflation for c in evidence], cfg)
     admissible = _retained([c for c in evidence if c.inflation <= limit], cfg.min_retention)
     gains = [c.gain for c in admissible if c.gain is not None]
-    return admissible, cfg.gain_floor * median(gains) if gains else 0.0
+    return limit, admissible, cfg.gain_floor * median(gains) if gains else 0.0
 
 
 def _groups(candidates: Sequence[Candidate], twins: Sequence[tuple[str, str]]) -> list[set[str]]:

@@ -178,11 +178,25 @@ def test_a_peer_linked_to_absent_sybils_still_plays() -> None:
 
 def test_peers_that_do_not_count_cannot_widen_the_band() -> None:
     """The band is the selection's, drawn over the peers it admits: three unproven identities at ×1.6
-    do not carry a proven ×1.4 update back into the match (a band over every gaining peer did)."""
+    do not carry a proven ×1.4 update back into the match (a band over every gaining peer did); they
+    are judged by it as if proven, and stay out too."""
     peers, state, _ = honest_and({"big": 1.4, "u1": 1.6, "u2": 1.6, "u3": 1.6})
     fresh = {"evaluations": 0, "positives": 0, "margin_sum": 0.0}
     unproven = RatingState({h: replace(r, **fresh) if h[0] == "u" else r for h, r in state.peers.items()}, 4)  # type: ignore[arg-type]
     reference = clip_reference(peers, CheckConfig(), proven_peers(unproven, CFG))
     cfg = RankingConfig()
-    assert outside_match(unproven, peers, 5, cfg, CopyCheck([]), reference) == {"big"}
+    assert outside_match(unproven, peers, 5, cfg, CopyCheck([]), reference) == {"big", "u1", "u2", "u3"}
     assert "big" not in select_window(unproven, peers, 5, cfg, reference=reference).gather
+
+
+def test_an_unproven_peer_is_judged_as_if_proven() -> None:
+    """In its first windows nobody is aggregated, yet an inflated update's wins there would stay in
+    its μ for good: it is kept out from its first evaluation, by the band of the peers admitted (none
+    yet: the clip reference's own, 1 × max_inflation)."""
+    peers, state, reference = honest_and({"big": 1.7})
+    fresh = RatingState(
+        {h: replace(r, evaluations=0, positives=0, margin_sum=0.0) for h, r in state.peers.items()}, 0
+    )
+    assert outside_match(fresh, peers, 1, RankingConfig(), CopyCheck([]), reference) == {"big"}
+    after = rate_window(fresh, peers, 1, RankingConfig(), CopyCheck([]), reference)
+    assert after.peers["big"].last_matched is None and after.peers["h1"].last_matched == 1
