@@ -96,6 +96,9 @@ def test_a_peer_under_min_retention_stays_out_with_this_windows_value() -> None:
     assert after.peers["d"].last_matched is None and "d" not in gathered
     assert (after.peers["d"].mu, after.peers["d"].final) == (25.0, 0.0)
     assert all(after.peers[h].last_matched == 5 for h in "abc")
+    # unproven, the same window's retention is one noisy value, not the selection's average: it plays
+    first = RatingState({h: PeerRating(h, u, 25.0, 25.0 / 3) for u, h in enumerate(hotkeys)}, 0)
+    assert rate_window(first, stepped(hotkeys, steps), 1, cfg, CopyCheck([])).peers["d"].last_matched == 1
 
 
 def test_linked_and_drifting_peers_stay_out() -> None:
