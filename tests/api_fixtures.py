@@ -106,6 +106,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "proof_sum": 3.0,
                 "proof_weight": 2.25,
                 "last_aggregated": window,
+                "last_matched": window - 1,
             }
             if i == 0
             else {},

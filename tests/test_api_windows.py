@@ -73,6 +73,8 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
     assert second["proof_z"] is None
     # what chain weights read: the last window that aggregated the peer (scoring/earnings.py)
     assert (first["last_aggregated"], second["last_aggregated"]) == (5, None)
+    # the last window it played the rating match in (validator/round/rating.py `outside_match`)
+    assert (first["last_matched"], second["last_matched"]) == (4, None)
     pages = [e["pages"] for e in body["evaluations"]]
     assert pages[0] == {"own_before": [5.0, 5.0], "own_after": [4.8, 5.0], "heldout_before": [5.0, 5.0]}
     assert pages[1:] == [None, None]
