@@ -19,6 +19,7 @@ aggregated: the better rated, then the smaller key; a group of three or more lin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from statistics import median
@@ -141,6 +142,10 @@ def left_out_for_cause(
     selection's, drawn over the peers it admits: identities that do not count cannot move them."""
     rest = [c for c in candidates if c.key not in later]
     limit, _, floor = _sifted(rest, cfg)
+    if not any(_admissible(c, cfg) for c in rest):
+        # no band yet (a fresh network's warm-up): the clip reference is every update's then, and a
+        # crowd of tiny identities would make each full update look inflated
+        limit = math.inf
     grouped = {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
     out = set()
     for c in candidates:

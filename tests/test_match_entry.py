@@ -193,13 +193,21 @@ def test_peers_that_do_not_count_cannot_widen_the_band() -> None:
 
 
 def test_an_unproven_peer_is_judged_as_if_proven() -> None:
-    """In its first windows nobody is aggregated, yet an inflated update's wins there would stay in
-    its μ for good: it is kept out from its first evaluation, by the band of the peers admitted (none
-    yet: the clip reference's own, 1 × max_inflation)."""
+    """Once the selection admits peers, a newcomer's inflated update is kept out from its first
+    evaluation (its wins there would stay in its μ for good). In a fresh network nobody is admitted
+    yet and the band is not known: a crowd of tiny identities holds the clip reference then, and
+    would make every full update look inflated, so everybody plays."""
     peers, state, reference = honest_and({"big": 1.7})
-    fresh = RatingState(
-        {h: replace(r, evaluations=0, positives=0, margin_sum=0.0) for h, r in state.peers.items()}, 0
+    newcomer = {**state.peers, "big": replace(state.peers["big"], evaluations=0, positives=0, margin_sum=0.0)}
+    assert outside_match(RatingState(newcomer, 4), peers, 5, RankingConfig(), CopyCheck([]), reference) == {
+        "big"
+    }
+    after = rate_window(RatingState(newcomer, 4), peers, 5, RankingConfig(), CopyCheck([]), reference)
+    assert after.peers["big"].last_matched is None and after.peers["h1"].last_matched == 5
+    tiny = {f"t{i}": 0.02 for i in range(20)}
+    crowd, _, _ = honest_and(tiny)
+    fresh = RatingState({}, 0)
+    first = rate_window(
+        fresh, crowd, 1, RankingConfig(), CopyCheck([]), clip_reference(crowd, CheckConfig(), set())
     )
-    assert outside_match(fresh, peers, 1, RankingConfig(), CopyCheck([]), reference) == {"big"}
-    after = rate_window(fresh, peers, 1, RankingConfig(), CopyCheck([]), reference)
-    assert after.peers["big"].last_matched is None and after.peers["h1"].last_matched == 1
+    assert all(first.peers[h].last_matched == 1 for h in HONEST)
