@@ -17,8 +17,7 @@ peer's mean margin to 0.036). Three colluders whose margins sit above the honest
 median: two honest peers then lost their proof for two windows (`bench_fidelity`'s `collude`, seed
 1), so the window's median is a lever for a coalition, not a reference.
 
-`with_evidence` folds one evaluated window into a rating; `relative_margin` is one evaluation's margin;
-`retention_after` is the retention average with one more window.
+`with_evidence` folds one evaluated window into a rating; `relative_margin` is one evaluation's margin.
 """
 
 from __future__ import annotations
@@ -88,14 +87,11 @@ def with_evidence(peer: PeerRating, o: PeerOutcome, cfg: RatingConfig) -> PeerRa
         peer = replace(peer, proof_sum=total, proof_weight=weight)
     if o.retention is None:
         return peer
-    average = retention_after(peer, o.retention, cfg)
-    return replace(peer, retention=average, retention_windows=peer.retention_windows + 1)
-
-
-def retention_after(peer: PeerRating, value: float, cfg: RatingConfig) -> float:
-    """The peer's retention average with one more window's relative retention `value`: the plain mean
-    of the first 1/alpha values (a first value alone would weigh as much as every later one), then a
-    moving average of weight alpha (a peer that starts overshooting later is still caught)."""
-    weight = max(cfg.retention_alpha, 1.0 / (peer.retention_windows + 1))
-    value = min(max(value, 1.0 - cfg.retention_clip), 1.0 + cfg.retention_clip)  # one window's say
-    return value if peer.retention is None else (1 - weight) * peer.retention + weight * value
+    # the plain mean of the first 1/alpha values (a first value alone would weigh as much as every
+    # later one), then a moving average of weight alpha (a peer that starts overshooting later is
+    # still caught)
+    n = peer.retention_windows + 1
+    weight = max(cfg.retention_alpha, 1.0 / n)
+    value = min(max(o.retention, 1.0 - cfg.retention_clip), 1.0 + cfg.retention_clip)  # one window's say
+    average = value if peer.retention is None else (1 - weight) * peer.retention + weight * value
+    return replace(peer, retention=average, retention_windows=n)

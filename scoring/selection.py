@@ -137,15 +137,12 @@ def left_out_for_cause(
     """The candidates whose gain reaches the window's floor but which `select_aggregation` (over the
     candidates that are not `later`) leaves out, or would once proven, for a cause that its gain
     does not show: an inflated norm, a low retention (proven peers only), a drifting direction, a
-    group of three or more twins; and the `later` side of a linked pair. Their gain at β overstates their work
-    (validator/round/rating.py keeps them out of the rating match). The band and the floor are the
-    selection's, drawn over the peers it admits: identities that do not count cannot move them."""
+    group of three or more twins; and the `later` side of a linked pair. Their gain at β overstates
+    their work (validator/round/rating.py keeps them out of the rating match). The band and the
+    floor are the selection's, drawn over the peers it admits: identities that do not count cannot
+    move them, and before it admits anybody there is no band to judge a norm by."""
     rest = [c for c in candidates if c.key not in later]
     limit, _, floor = _sifted(rest, cfg)
-    if not any(_admissible(c, cfg) for c in rest):
-        # no band yet (a fresh network's warm-up): the clip reference is every update's then, and a
-        # crowd of tiny identities would make each full update look inflated
-        limit = math.inf
     grouped = {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
     out = set()
     for c in candidates:
@@ -163,10 +160,13 @@ def left_out_for_cause(
 
 
 def _sifted(candidates: Sequence[Candidate], cfg: SelectionConfig) -> tuple[float, list[Candidate], float]:
-    """The inflation limit, the candidates admissible by evidence whose norm is inside it and whose
-    retention holds, and the window's gain floor (`gain_floor` × their median gain)."""
+    """The inflation limit (`max_inflation` × the band of the candidates admissible by evidence; none
+    without any: in a fresh network's warm-up the clip reference is every update's, and a crowd of
+    tiny identities would make each full update look inflated), the admissible candidates whose
+    norm is inside it and whose retention holds, and the window's gain floor (`gain_floor` × their
+    median gain)."""
     evidence = [c for c in candidates if _admissible(c, cfg)]
-    limit = inflation_limit([c.inflation for c in evidence], cfg)
+    limit = cfg.max_inflation * _band([c.inflation for c in evidence]) if evidence else math.inf
     admissible = _retained([c for c in evidence if c.inflation <= limit], cfg.min_retention)
     gains = [c.gain for c in admissible if c.gain is not None]
     return limit, admissible, cfg.gain_floor * median(gains) if gains else 0.0
@@ -176,7 +176,7 @@ def _groups(candidates: Sequence[Candidate], twins: Sequence[tuple[str, str]]) -
     """Groups of twins among this window's candidates: a copier rejected as such (or absent) neither
     shields nor sinks the peer it resembles."""
     present = {c.key for c in candidates}
-    return clusters([(a, b) for a, b in twins if a in present and b in present])
+    return _clusters([(a, b) for a, b in twins if a in present and b in present])
 
 
 def contribution_weights(
@@ -203,7 +203,7 @@ def _mass(c: Candidate) -> float:
     return min(max(c.mass, 1e-6), 1.0)
 
 
-def clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
+def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
     """Connected groups of keys linked by `pairs`, in a deterministic order."""
     groups: list[set[str]] = []
     for a, b in sorted(tuple(sorted(p)) for p in pairs):
@@ -211,11 +211,6 @@ def clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
         merged = {a, b}.union(*touching)
         groups = [g for g in groups if g not in touching] + [merged]
     return sorted(groups, key=min)
-
-
-def inflation_limit(inflations: Sequence[float], cfg: SelectionConfig) -> float:
-    """The most inflation an update may have among updates of these inflations (`max_inflation`)."""
-    return cfg.max_inflation * _band(inflations)
 
 
 def _band(inflations: Sequence[float]) -> float:

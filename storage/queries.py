@@ -10,7 +10,7 @@ from sqlalchemy import func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from storage import models as m
-from storage.ranking import rank_key, recency
+from storage.ranking import rank_key
 from storage.records import (
     COMMITTED,
     CopyPairRecord,
@@ -96,13 +96,10 @@ def leaderboard(*, session: Session, limit: int | None = None) -> list[Leaderboa
         m.Rating.final_score,
         m.Rating.last_evaluated_window,
         m.Rating.updated_window,
-        m.Rating.state,
+        m.Rating.state["last_aggregated"].as_integer(),  # one field, not every peer's whole state
     )
     # Sorted here, not in SQL, so that the one rule is spelled once (one row per peer: small).
-    rows = sorted(
-        session.execute(select(*cols)),
-        key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], recency(r[8])),
-    )
+    rows = sorted(session.execute(select(*cols)), key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], r[8]))
     return [LeaderboardEntry(i, *row[:8]) for i, row in enumerate(rows[:limit], start=1)]
 
 

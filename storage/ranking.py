@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from storage.records import ordinal
@@ -24,9 +23,3 @@ def rank_key(
     makes it total."""
     recency = -1 if last_aggregated is None else last_aggregated
     return (-final_score, -recency, -ordinal(mu, sigma), uid, hotkey)
-
-
-def recency(state: Mapping[str, Any]) -> int | None:
-    """The last aggregated window a stored rating state records (None: never, or stored before)."""
-    value = state.get("last_aggregated")
-    return value if isinstance(value, int) else None

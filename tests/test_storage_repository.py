@@ -25,6 +25,7 @@ from storage.queries import (
 )
 from storage.records import RatingRecord, SubmissionRecord, WeightSetRecord
 from storage.writer import CommitOutcome, commit_window, open_window, record_weight_set
+from tests.api_fixtures import TIED_ORDER, tied_record
 from tests.storage_fixtures import (
     hotkey,
     make_window,
@@ -211,3 +212,12 @@ def test_aggregated_archived_lists_only_gathered_submissions_of_the_windows_aske
         (6, hotkey(i), f"{i:064x}") for i in range(3)
     ]
     assert none == []
+
+
+def test_the_leaderboard_reads_the_last_aggregated_window_on_both_backends(engine: Engine) -> None:
+    """The ranking rule's second key is one field of each rating's JSON state, extracted in SQL (no
+    peer's whole state is loaded): the aggregated peer at final 0 ranks above better ordinals."""
+    with session_scope(engine) as session:
+        commit_window(session=session, record=tied_record())
+    with session_scope(engine) as session:
+        assert [e.uid for e in leaderboard(session=session)] == TIED_ORDER
