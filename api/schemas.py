@@ -114,8 +114,9 @@ class RatingOut(Schema):
         None, description="the last window that aggregated it: a weight set pays those since the last set"
     )
     last_matched: int | None = Field(
-        None, description="the last window it played the rating match in: a peer whose gain overstates "
-        "its work (inflated, under min_retention, linked, drifting) is rated on its own evidence only",
+        None, description="the last window it played the rating match in: a peer that has not proven its "
+        "training, or whose gain overstates its work (inflated, under min_retention, linked, drifting), is "
+        "rated on its own evidence only",
     )  # fmt: skip
 
 

@@ -19,6 +19,9 @@ their coverage) and stronger variants of an adversary, alone (`VARIANTS`). Per s
   mean over windows after the warm-up and at the last window (`adversary_weight_last`): what
   cheating earns even when it is never aggregated; `honest_unpaid`: honest peers aggregated in a
   window after the warm-up whom that window's weights pay nothing (window × peer);
+- `honest_negative`: honest peers whose ordinal is under 0 at the end (what they lost in matches
+  to others, which no later window gives back); `board`: the leaderboard at the end, (behaviour,
+  final score, ordinal) per peer in the API's order;
 - `leaderboard_adversaries`: of the leaderboard's top places at the end (as many as there are honest
   peers, in the API's order, storage/ranking.py `rank_key`), how many adversaries hold;
 - `drift_similarity_peak`, `drift_alarmed`, `drift_alarmed_honest`: the persistence check's figures
@@ -51,6 +54,7 @@ import torch  # noqa: E402
 
 from scoring.corpus import generate_corpus  # noqa: E402
 from scoring.persistence import over_alarm  # noqa: E402
+from scoring.ranking import PeerRating  # noqa: E402
 from storage.ranking import rank_key  # noqa: E402
 from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
@@ -177,6 +181,8 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
         "adversary_weight_last": round(earned[-1], 4) if earned else None,
         "honest_unpaid": honest_unpaid,
         "leaderboard_adversaries": leaderboard_adversaries(runner, honest),
+        "honest_negative": honest_negative(runner, honest),
+        "board": board(runner, behaviour),
         "selected_behaviours": [w["selected_behaviours"] for w in result["windows"]],
         "seconds": round(time.perf_counter() - started, 1),
     } | drift.figures()
@@ -185,9 +191,23 @@ def run(name: str, peers: str, root: Path, corpus: Path, windows: int, inner_ste
 def leaderboard_adversaries(runner: DemoRunner, honest: set[str]) -> int:
     """How many of the leaderboard's top places, as many as there are honest peers, peers that are
     not honest hold at the end (the API's order, `rank_key`)."""
+    return sum(1 for r in ranked(runner)[: len(honest)] if r.hotkey not in honest)
+
+
+def honest_negative(runner: DemoRunner, honest: set[str]) -> int:
+    """Honest peers whose ordinal (μ − 3σ) is under 0 at the end: what they lost in matches to
+    peers rated above them, which no later window gives back."""
+    return sum(1 for h, r in runner.state.ratings.peers.items() if h in honest and r.ordinal < 0.0)
+
+
+def board(runner: DemoRunner, behaviour: dict[str, str]) -> list[tuple[str, float, float]]:
+    """The leaderboard at the end in the API's order: (behaviour, final score, ordinal) per peer."""
+    return [(behaviour.get(r.hotkey, "?"), round(r.final, 2), round(r.ordinal, 2)) for r in ranked(runner)]
+
+
+def ranked(runner: DemoRunner) -> list[PeerRating]:
     peers = runner.state.ratings.peers.values()
-    board = sorted(peers, key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated))
-    return sum(1 for r in board[: len(honest)] if r.hotkey not in honest)
+    return sorted(peers, key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated))
 
 
 def adversary_share(runner: DemoRunner, honest: set[str], chosen: set[str]) -> tuple[float, int]:
@@ -246,7 +266,7 @@ def main() -> None:
 
 SPREAD = (
     "loss_ratio", "loss_ratio_honest_only", "coverage", "adversary_selections", "adversary_weight",
-    "honest_unpaid", "leaderboard_adversaries", "framed", "spearman",
+    "honest_unpaid", "leaderboard_adversaries", "honest_negative", "framed", "spearman",
 )  # fmt: skip
 
 

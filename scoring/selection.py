@@ -134,26 +134,23 @@ def left_out_for_cause(
     twins: Sequence[tuple[str, str]] = (),
     later: Collection[str] = frozenset(),
 ) -> frozenset[str]:
-    """The candidates whose gain reaches the window's floor but which `select_aggregation` (over the
-    candidates that are not `later`) leaves out, or would once proven, for a cause that its gain
-    does not show: an inflated norm, a low retention (proven peers only), a drifting direction, a
-    group of three or more twins; and the `later` side of a linked pair. Their gain at β overstates
-    their work (validator/round/rating.py keeps them out of the rating match). The band and the
-    floor are the selection's, drawn over the peers it admits: identities that do not count cannot
-    move them, and before it admits anybody there is no band to judge a norm by."""
+    """The proven candidates whose gain reaches the window's floor but which `select_aggregation`
+    (over the candidates that are not `later`) leaves out for a cause that its gain does not show:
+    an inflated norm, a low retention, a drifting direction, a group of three or more twins; and
+    the `later` side of a linked pair. Their gain at β overstates their work
+    (validator/round/rating.py keeps them out of the rating match, as it keeps out every peer that
+    has not proven its training). The band and the floor are the selection's, drawn over the peers
+    it admits: identities that do not count cannot move them."""
     rest = [c for c in candidates if c.key not in later]
     limit, _, floor = _sifted(rest, cfg)
     grouped = {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
     out = set()
     for c in candidates:
-        if c.gain is None or c.gain <= 0.0 or c.gain < floor:
+        if not c.proven or c.gain is None or c.gain <= 0.0 or c.gain < floor:
             continue
-        if not _admissible(replace(c, proven=True, drifting=False), cfg):
+        if not _admissible(replace(c, drifting=False), cfg):
             continue  # banned, or a streak of harmful updates: it plays, and loses
-        # retention as the selection reads it, from a proven peer's average: over its first one or
-        # two windows it spreads too far (graded peers read 0.92 in their first window; kept out of
-        # that match, `graded`'s Spearman fell from 0.949 to 0.738, bench_fidelity seed 0)
-        unretained = c.proven and c.retention is not None and c.retention < cfg.min_retention
+        unretained = c.retention is not None and c.retention < cfg.min_retention
         if c.key in later or c.drifting or c.inflation > limit or unretained or c.key in grouped:
             out.add(c.key)
     return frozenset(out)

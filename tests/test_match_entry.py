@@ -96,9 +96,6 @@ def test_a_peer_under_min_retention_stays_out_with_this_windows_value() -> None:
     assert after.peers["d"].last_matched is None and "d" not in gathered
     assert (after.peers["d"].mu, after.peers["d"].final) == (25.0, 0.0)
     assert all(after.peers[h].last_matched == 5 for h in "abc")
-    # unproven, the same window's retention is one noisy value, not the selection's average: it plays
-    first = RatingState({h: PeerRating(h, u, 25.0, 25.0 / 3) for u, h in enumerate(hotkeys)}, 0)
-    assert rate_window(first, stepped(hotkeys, steps), 1, cfg, CopyCheck([])).peers["d"].last_matched == 1
 
 
 def test_linked_and_drifting_peers_stay_out() -> None:
@@ -181,8 +178,8 @@ def test_a_peer_linked_to_absent_sybils_still_plays() -> None:
 
 def test_peers_that_do_not_count_cannot_widen_the_band() -> None:
     """The band is the selection's, drawn over the peers it admits: three unproven identities at ×1.6
-    do not carry a proven ×1.4 update back into the match (a band over every gaining peer did); they
-    are judged by it as if proven, and stay out too."""
+    do not carry a proven ×1.4 update back into the match (a band over every gaining peer did); being
+    unproven, they play no match either."""
     peers, state, _ = honest_and({"big": 1.4, "u1": 1.6, "u2": 1.6, "u3": 1.6})
     fresh = {"evaluations": 0, "positives": 0, "margin_sum": 0.0}
     unproven = RatingState({h: replace(r, **fresh) if h[0] == "u" else r for h, r in state.peers.items()}, 4)  # type: ignore[arg-type]
@@ -192,22 +189,35 @@ def test_peers_that_do_not_count_cannot_widen_the_band() -> None:
     assert "big" not in select_window(unproven, peers, 5, cfg, reference=reference).gather
 
 
-def test_an_unproven_peer_is_judged_as_if_proven() -> None:
-    """Once the selection admits peers, a newcomer's inflated update is kept out from its first
-    evaluation (its wins there would stay in its μ for good). In a fresh network nobody is admitted
-    yet and the band is not known: a crowd of tiny identities holds the clip reference then, and
-    would make every full update look inflated, so everybody plays."""
-    peers, state, reference = honest_and({"big": 1.7})
-    newcomer = {**state.peers, "big": replace(state.peers["big"], evaluations=0, positives=0, margin_sum=0.0)}
-    assert outside_match(RatingState(newcomer, 4), peers, 5, RankingConfig(), CopyCheck([]), reference) == {
-        "big"
-    }
-    after = rate_window(RatingState(newcomer, 4), peers, 5, RankingConfig(), CopyCheck([]), reference)
-    assert after.peers["big"].last_matched is None and after.peers["h1"].last_matched == 5
-    tiny = {f"t{i}": 0.02 for i in range(20)}
-    crowd, _, _ = honest_and(tiny)
-    fresh = RatingState({}, 0)
-    first = rate_window(
-        fresh, crowd, 1, RankingConfig(), CopyCheck([]), clip_reference(crowd, CheckConfig(), set())
+def test_a_peer_plays_no_match_until_it_has_proven_its_training() -> None:
+    """An unproven peer is not aggregated, and it is not an opponent either, whatever its update: its
+    wins there (a colluder before its links form, an inflated update before there is a band) would
+    stay in its μ, and its beaten opponents' losses in theirs. Its evidence is folded in, and it plays
+    from the window its proof holds."""
+    peers, state, reference = honest_and({"big": 1.7, "fair": 1.0})
+    unproven = {"evaluations": 0, "positives": 0, "margin_sum": 0.0}
+    newcomers = RatingState(
+        {h: replace(r, **unproven) if h in ("big", "fair") else r for h, r in state.peers.items()},  # type: ignore[arg-type]
+        4,
     )
-    assert all(first.peers[h].last_matched == 1 for h in HONEST)
+    assert outside_match(newcomers, peers, 5, RankingConfig(), CopyCheck([]), reference) == {"big", "fair"}
+    after = rate_window(newcomers, peers, 5, RankingConfig(), CopyCheck([]), reference)
+    for h in ("big", "fair"):
+        assert after.peers[h].last_matched is None and after.peers[h].evaluations == 1
+        assert (after.peers[h].mu, after.peers[h].sigma) == (state.peers[h].mu, state.peers[h].sigma)
+    assert all(after.peers[h].last_matched == 5 for h in HONEST)
+    # a fresh network: nobody is proven and nobody plays until three evaluations prove the training;
+    # then the best gain wins (no band yet on the first proven window: nobody was admitted before)
+    gains = {"h1": 0.01, "h2": 0.011, "h3": 0.012, "h4": 0.013, "fair": 0.012, "big": 0.03}
+    scored = [
+        replace(p, evaluation=replace(p.evaluation, score=g, own_gain=2 * g))
+        for p in peers
+        if p.evaluation and (g := gains[p.hotkey])
+    ]
+    fresh = RatingState({}, 0)
+    for w in range(1, 5):
+        fresh = rate_window(fresh, scored, w, RankingConfig(), CopyCheck([]))
+        played = {h for h, r in fresh.peers.items() if r.last_matched == w}
+        assert played == (set() if w < CFG.proof_min_evaluations else set(gains))
+        assert all(r.mu == CFG.mu for r in fresh.peers.values()) == (w < CFG.proof_min_evaluations)
+    assert max(fresh.peers.values(), key=lambda r: r.mu).hotkey == "big"

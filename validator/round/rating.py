@@ -153,10 +153,16 @@ def outside_match(
     drift evidence is the window before's: it is folded in after rating, validator/round/drift.py).
     In the match their wins pushed honest μ down and them to the top of the leaderboard (README,
     *Scoring fidelity*). They stay out of it: μ and σ keep their values, while their evidence
-    (proof, retention, links) is still folded in."""
+    (proof, retention, links) is still folded in.
+
+    A peer that has not proven its training plays no match either, as it is not aggregated: in a
+    fresh network's first windows colluders (before their links form), `sandbag_matched` (before its
+    retention is read) and inflated updates (before the selection admits anybody, so before there is
+    a band) won matches whose μ the honest peers never got back (README, *Scoring fidelity*)."""
     kin = twins_of(evidence, copies, cfg)
     candidates = _candidates(evidence, peers, window, cfg, reference)
-    return left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
+    unproven = {c.key for c in candidates if not c.proven}
+    return frozenset(unproven) | left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
 
 
 @dataclass(frozen=True, slots=True)
