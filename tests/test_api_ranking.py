@@ -43,6 +43,26 @@ def test_the_cli_table_ranks_like_the_api() -> None:
     assert [int(line.split()[0]) for line in lines[1:]] == [1, 2, 3, 4, 5, 6]
 
 
+def test_the_cli_table_counts_the_windows_that_aggregated_each_peer() -> None:
+    """A proven peer at an ordinal ≤ 0 has a final score of 0 like a cheater's; the table's `agg`
+    column says how many of the run's windows aggregated it."""
+    state = RatingState(
+        {
+            "a": PeerRating("a", 1, 24.0, 8.0, final=0.0, last_aggregated=3),
+            "b": PeerRating("b", 2, 25.0, 25 / 3),
+        },
+        window=3,
+    )
+    summary = DemoSummary({"a": "honest", "b": "lazy"})
+    for window, selected in ((1, []), (2, ["a"]), (3, ["a"])):
+        summary.windows.append({"window": window, "selected": selected})
+    peers = summary.peers(state)
+    assert [(p["hotkey"], p["aggregated_windows"]) for p in peers] == [("a", 2), ("b", 0)]
+    lines = leaderboard_lines(peers)
+    assert lines[0].split()[-1] == "agg"
+    assert [line.split()[-1] for line in lines[1:]] == ["2", "0"]
+
+
 def test_rank_key_is_final_then_aggregated_then_ordinal_then_uid() -> None:
     assert rank_key(1.0, 0.0, 10.0, 9) < rank_key(0.0, 50.0, 1.0, 0, "", 7)  # final first
     assert rank_key(0.0, 10.0, 8.0, 9, "", 7) < rank_key(0.0, 50.0, 1.0, 0)  # then aggregated work

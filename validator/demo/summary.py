@@ -32,6 +32,12 @@ class DemoSummary:
         return row
 
     def peers(self, state: RatingState) -> list[dict[str, Any]]:
+        # how many of this run's windows aggregated each peer: a proven peer among equals can sit at
+        # an ordinal ≤ 0 (final 0) and still be aggregated and paid, which the final alone hides
+        aggregated: dict[str, int] = {}
+        for row in self.windows:
+            for h in row["selected"]:
+                aggregated[h] = aggregated.get(h, 0) + 1
         # The API's ranking rule, so the table, /v1/peers and the dashboard agree.
         ranked = sorted(
             state.peers.values(),
@@ -47,6 +53,7 @@ class DemoSummary:
                 "mu": r.mu,
                 "sigma": r.sigma,
                 "bma": r.bma,
+                "aggregated_windows": aggregated.get(r.hotkey, 0),
             }
             for i, r in enumerate(ranked)
         ]
@@ -68,10 +75,12 @@ def window_line(row: Mapping[str, Any], behaviour: Mapping[str, str]) -> str:
 
 
 def leaderboard_lines(peers: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = [f"{'rank':>4} {'uid':>4} {'behaviour':<11} {'final':>8} {'mu':>7} {'sigma':>6} {'bma':>7}"]
+    """The closing table; `agg`: the windows of this run that aggregated the peer."""
+    columns = f"{'rank':>4} {'uid':>4} {'behaviour':<11} {'final':>8} {'mu':>7} {'sigma':>6} {'bma':>7}"
+    lines = [f"{columns} {'agg':>4}"]
     for p in peers:
         lines.append(
             f"{p['rank']:>4} {p['uid']:>4} {p['behaviour']:<11} {p['final_score']:>8.3f} "
-            f"{p['mu']:>7.2f} {p['sigma']:>6.2f} {p['bma']:>7.3f}"
+            f"{p['mu']:>7.2f} {p['sigma']:>6.2f} {p['bma']:>7.3f} {p.get('aggregated_windows', 0):>4}"
         )
     return lines
