@@ -6,15 +6,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from pydantic import SecretBytes
 
+from scoring.eval_plan import EvalConfig
 from scoring.links import LinkConfig
 from scoring.persistence import PersistenceConfig
 from scoring.ranking import PeerOutcome, PeerRating, RatingConfig, RatingState, Status, update_ratings
 from scoring.uniqueness import CopyCheck
 from tests.test_selection import rating, sized, stepped
+from validator.chain.protocol import WindowConfig
 from validator.round.checking import CheckConfig, clip_reference, proven_peers
+from validator.round.config import RoundConfig
+from validator.round.drift import Drift
 from validator.round.outcomes import PeerWindow
+from validator.round.pipeline import WindowContext, rate_and_select
 from validator.round.rating import RankingConfig, outside_match, rate_window, select_window, twins_of
+from validator.round.window import WindowSeed
 
 CFG = RatingConfig()
 HONEST = {"h1": 1.0, "h2": 0.98, "h3": 1.0, "h4": 0.97}
@@ -221,3 +228,19 @@ def test_a_peer_plays_no_match_until_it_has_proven_its_training() -> None:
         assert played == (set() if w < CFG.proof_min_evaluations else set(gains))
         assert all(r.mu == CFG.mu for r in fresh.peers.values()) == (w < CFG.proof_min_evaluations)
     assert max(fresh.peers.values(), key=lambda r: r.mu).hotkey == "big"
+
+
+def test_drift_that_reaches_the_alarm_this_window_keeps_the_peer_out_of_that_windows_match() -> None:
+    """With the persistence gate on, the window's drift evidence is folded in before the match, as
+    the selection reads it: a peer whose similarity this window carries it past the alarm is out of
+    both (folded in after rating, it played the match the selection then left it out of)."""
+    peers, state, reference = honest_and({"x": 1.0})
+    gated = replace(RankingConfig(), persistence=PersistenceConfig(gate=True))
+    near = gated.persistence.alarm - gated.persistence.step_cap / 2
+    before = RatingState({h: replace(r, drift=near) if h == "x" else r for h, r in state.peers.items()}, 4)
+    cfg = RoundConfig(CheckConfig(), EvalConfig(), gated, WindowConfig(), SecretBytes(b"secret"))
+    ctx = WindowContext(5, "base", {}, WindowSeed("0" * 16), cfg)
+    for drift, out in ((Drift(), False), (Drift(similarity={"x": 0.5}), True)):
+        after, selection = rate_and_select(ctx, peers, CopyCheck([]), reference, before, drift)
+        assert (after.peers["x"].last_matched != 5, "x" not in selection.gather) == (out, out)
+        assert all(after.peers[h].last_matched == 5 for h in HONEST)

@@ -95,7 +95,7 @@ def score_window(
     with stages("rate"):
         ratings, selection = stages.salvage(
             "rate",
-            lambda: _rate(ctx, evaluated, copies, reference, inputs.ratings, drift),
+            lambda: rate_and_select(ctx, evaluated, copies, reference, inputs.ratings, drift),
             lambda: (RatingState(inputs.ratings.peers, ctx.window), NOTHING_SELECTED),
         )
     loss = held.loss_before
@@ -147,7 +147,7 @@ def _evaluate(
     return held, evaluated, workers
 
 
-def _rate(
+def rate_and_select(
     ctx: WindowContext,
     peers: list[PeerWindow],
     copies: CopyCheck,
@@ -155,9 +155,13 @@ def _rate(
     before: RatingState,
     drift: Drift,
 ) -> tuple[RatingState, Selection[str]]:
+    """The ratings after the window and its aggregation set. The window's persistence evidence is
+    folded in first, so that the match entry reads the drift the selection reads (folded in after
+    rating, a peer reaching the alarm this window played the match the selection left it out of);
+    a peer rated for the first time this window has its first drift evidence from its next one."""
     ranking = ctx.cfg.ranking
-    ratings = rate_window(before, peers, ctx.window, ranking, copies, reference)
-    ratings = with_drift(ratings, drift, ranking.persistence)
+    drifted = with_drift(before, drift, ranking.persistence)
+    ratings = rate_window(drifted, peers, ctx.window, ranking, copies, reference)
     selection = select_window(
         ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking), reference
     )

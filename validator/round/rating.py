@@ -150,7 +150,8 @@ def outside_match(
     the same candidates, leaves out for a cause its gain does not show (scoring/selection.py
     `left_out_for_cause`: an inflated norm, a low retention, links, a drifting direction), read from
     `evidence`, the ratings with this window's evidence and links and no match (`rate_window`; the
-    drift evidence is the window before's: it is folded in after rating, validator/round/drift.py).
+    window's drift evidence is in the state it is handed: validator/round/pipeline.py
+    `rate_and_select`).
     In the match their wins pushed honest μ down and them to the top of the leaderboard (README,
     *Scoring fidelity*). They stay out of it: μ and σ keep their values, while their evidence
     (proof, retention, links) is still folded in.
