@@ -79,8 +79,9 @@ REFERENCE = {"graded": "full_half", "weak_half": "full_half"}
 # `shrunk`: four identities whose honest updates are halved (more linear, a higher retention).
 FRAMING = {"shrunk": f"{HONEST},shrunk:4"}
 # Stronger variants of an adversary in the mix, measured alone beside the honest peers (the mixed
-# scenario stays the one every round has measured): poison at twice its share of the norm.
-VARIANTS = {"poison_strong": f"{HONEST},poison_strong:1"}
+# scenario stays the one every round has measured): poison at twice its share of the norm, and `lazy`
+# after three honest windows (`lapsed`: does a proof earned once carry a peer that stopped?).
+VARIANTS = {"poison_strong": f"{HONEST},poison_strong:1", "lapsed": f"{HONEST},lapsed:1"}
 TARGETS = {
     "coverage": 1.0,
     "adversary_selections": 0,

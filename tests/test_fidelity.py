@@ -1,6 +1,7 @@
 import pytest
 
 from validator.demo.fidelity import average_ranks, honest_spearman, spearman
+from validator.demo.sim.adversaries import Lapsed
 from validator.demo.sim.behaviours import BUILTIN, HONEST_CONTRIBUTION
 
 
@@ -41,5 +42,32 @@ def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
         "sandbag",
         "sandbag_matched",
         "shrunk",
+        "lapsed",
     }
     assert set(HONEST_CONTRIBUTION) | new <= set(BUILTIN)
+
+
+class _Recorder:
+    """What `Lapsed` reads of its context: its uid, memory, pages and the trainer and encoder."""
+
+    def __init__(self) -> None:
+        self.uid = 3
+        self.memory: dict[str, object] = {}
+        self.trained: list[list[int]] = []
+
+    def assigned(self, uid: int | None = None) -> list[int]:
+        return [uid if uid is not None else self.uid]
+
+    def train(self, pages: list[int] | None = None) -> dict[str, object]:
+        self.trained.append(self.assigned() if pages is None else pages)
+        return {}
+
+    def encode(self, delta: object) -> bytes:
+        return b"file"
+
+
+def test_lapsed_trains_on_its_own_pages_for_three_windows_then_on_somebody_elses() -> None:
+    ctx = _Recorder()
+    for _ in range(5):
+        assert Lapsed().submit(ctx) is not None  # type: ignore[arg-type]
+    assert ctx.trained == [[3], [3], [3], [10_003], [10_003]]

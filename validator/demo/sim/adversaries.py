@@ -186,11 +186,27 @@ class Shrunk:
         return Submission(ctx.encode({n: t * 0.5 for n, t in ctx.train().items()}), HONEST_DELAY_S)
 
 
+@dataclass(frozen=True)
+class Lapsed:
+    """Trains on its own pages until its training is proven (three windows), then, as `lazy` does, on
+    pages assigned to somebody else: a proof earned once must not carry a peer that stopped."""
+
+    name: str = "lapsed"
+    order: int = 0
+    honest_windows: int = 3
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        done = int(ctx.memory.get("windows", 0))
+        ctx.memory["windows"] = done + 1
+        pages = None if done < self.honest_windows else ctx.assigned(uid=ctx.uid + 10_000)
+        return Submission(ctx.encode(ctx.train(pages)), HONEST_DELAY_S)
+
+
 # twice poison's share, in a direction of its own: under the norm band (poison at half the norm is
 # kept out by `max_inflation`), with more of it persisting across windows (docs/fidelity-log.md)
 POISON_STRONG = Poison(name="poison_strong", weight=0.2, seed=778)
 
 ADVERSARIES = (
     NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
-    POISON_STRONG,
+    POISON_STRONG, Lapsed(),
 )  # fmt: skip
