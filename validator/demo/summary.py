@@ -81,6 +81,6 @@ def leaderboard_lines(peers: Sequence[Mapping[str, Any]]) -> list[str]:
     for p in peers:
         lines.append(
             f"{p['rank']:>4} {p['uid']:>4} {p['behaviour']:<11} {p['final_score']:>8.3f} "
-            f"{p['mu']:>7.2f} {p['sigma']:>6.2f} {p['bma']:>7.3f} {p.get('aggregated_windows', 0):>4}"
+            f"{p['mu']:>7.2f} {p['sigma']:>6.2f} {p['bma']:>7.3f} {p['aggregated_windows']:>4}"
         )
     return lines
