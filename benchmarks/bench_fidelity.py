@@ -196,8 +196,7 @@ def leaderboard_adversaries(runner: DemoRunner, honest: set[str]) -> int:
 
 
 def honest_negative(runner: DemoRunner, honest: set[str]) -> int:
-    """Honest peers whose ordinal (μ − 3σ) is under 0 at the end: what they lost in matches to
-    peers rated above them, which no later window gives back."""
+    """Honest peers whose ordinal (μ − 3σ) is under 0 at the end, so at a final score of 0."""
     return sum(1 for h, r in runner.state.ratings.peers.items() if h in honest and r.ordinal < 0.0)
 
 

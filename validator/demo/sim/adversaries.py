@@ -19,6 +19,7 @@ from validator.demo.sim.craft import (
     decoded_others,
     direction,
     first_loadable,
+    others_pages,
     resign,
     total_norm,
     train_partial,
@@ -198,7 +199,7 @@ class Lapsed:
     def submit(self, ctx: PeerContext) -> Submission | None:
         done = int(ctx.memory.get("windows", 0))
         ctx.memory["windows"] = done + 1
-        pages = None if done < self.honest_windows else ctx.assigned(uid=ctx.uid + 10_000)
+        pages = None if done < self.honest_windows else others_pages(ctx)
         return Submission(ctx.encode(ctx.train(pages)), HONEST_DELAY_S)
 
 

@@ -16,7 +16,14 @@ import torch
 from scoring.model import LlamaModel
 from validator.demo.sim.adversaries import ADVERSARIES
 from validator.demo.sim.context import Behaviour, PeerContext, Submission
-from validator.demo.sim.craft import COPY_DELAY_S, HONEST_DELAY_S, first_loadable, resign, train_partial
+from validator.demo.sim.craft import (
+    COPY_DELAY_S,
+    HONEST_DELAY_S,
+    first_loadable,
+    others_pages,
+    resign,
+    train_partial,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class Lazy:
     order: int = 0
 
     def submit(self, ctx: PeerContext) -> Submission | None:
-        return Submission(ctx.encode(ctx.train(ctx.assigned(uid=ctx.uid + 10_000))), HONEST_DELAY_S)
+        return Submission(ctx.encode(ctx.train(others_pages(ctx))), HONEST_DELAY_S)
 
 
 @dataclass(frozen=True)

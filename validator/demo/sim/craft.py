@@ -63,6 +63,11 @@ def decode_dense(data: bytes, model: torch.nn.Module, codec: CodecConfig) -> Den
     return {} if result.update is None else {n: p.dense() for n, p in result.update.params.items()}
 
 
+def others_pages(ctx: PeerContext) -> list[int]:
+    """Pages assigned to a uid nobody holds: what a peer that skips its own assignment trains on."""
+    return ctx.assigned(uid=ctx.uid + 10_000)
+
+
 def train_partial(ctx: PeerContext, steps_fraction: float = 1.0, pages_fraction: float = 1.0) -> Dense:
     """Honest training with a fraction of the inner steps, or on a fraction of the assigned pages."""
     pages: Sequence[int] = ctx.assigned()
