@@ -1,4 +1,4 @@
-"""The proof of training's page test (scoring/page_test.py): Welch's t per window, folded into a
+"""The proof of training's page test (scoring/page_test.py): Student's pooled t per window, folded into a
 discounted Stouffer sum that reads N(0, 1) when a peer's own pages gain no more than held-out ones."""
 
 from __future__ import annotations
@@ -19,14 +19,59 @@ def losses(own_after: list[float], heldout_after: list[float]) -> PageLosses:
     )
 
 
-def test_t_is_welchs_of_the_relative_page_gains() -> None:
+def test_t_is_students_of_the_relative_page_gains_with_the_variance_pooled() -> None:
     # own gains 0.1, 0.3 (mean 0.2, variance 0.02); held-out 0.0, 0.2 (mean 0.1, variance 0.02)
     t = page_t(losses([0.9, 0.7], [1.0, 0.8]))
     assert t is not None and t == pytest.approx(0.1 / math.sqrt(0.02 / 2 + 0.02 / 2), rel=1e-12)
+    # unequal sides: own 0.1, 0.3 (variance 0.02, 1 df); held-out 0, 0.1, 0.2 (variance 0.01, 2 df):
+    # pooled (0.02 + 2 · 0.01) / 3 = 0.04 / 3, times 1/2 + 1/3
+    unequal = page_t(losses([0.9, 0.7], [1.0, 0.9, 0.8]))
+    assert unequal == pytest.approx(0.1 / math.sqrt(0.04 / 3 * (1 / 2 + 1 / 3)), rel=1e-12)
     # each side relative to its own mean loss before: doubling the held-out losses changes nothing
     doubled = PageLosses((1.0, 1.0), (0.9, 0.7), (2.0, 2.0), (2.0, 1.6))
     assert page_t(doubled) == pytest.approx(t, rel=1e-12)
     assert page_t(losses([1.0, 0.8], [0.9, 0.7])) == pytest.approx(-t, rel=1e-12)
+
+
+def test_a_peer_that_trains_on_some_of_its_pages_is_not_held_under_the_proof_by_their_spread() -> None:
+    """Two of eight own pages trained on: Welch's t divides by the own side's spread, which those two
+    pages make, and stays under 1.5 however much they gain; pooled, the held-out side's 15 degrees of
+    freedom weigh in too and t passes 2 (the ¼-pages peer lost its proof under Welch's,
+    README, Scoring fidelity, fifteenth round)."""
+    held = [1.0 - 0.01 * (i % 4) for i in range(16)]  # held-out gains 0 … 0.03
+    ts = []
+    for gain in (0.05, 0.1, 0.4):
+        own = [1.0 - gain, 1.0 - gain] + [1.0 - 0.01 * (i % 4) for i in range(6)]
+        t = page_t(losses(own, held))
+        assert t is not None and t > _welch(own, held)
+        ts.append(t)
+    assert ts[0] < ts[1] < ts[2] and ts[2] > 2.0 > 1.5 > _welch(own, held)
+
+
+def _welch(own_after: list[float], heldout_after: list[float]) -> float:
+    own = [1.0 - a for a in own_after]
+    held = [1.0 - a for a in heldout_after]
+    mo, mh = sum(own) / len(own), sum(held) / len(held)
+    vo = sum((x - mo) ** 2 for x in own) / (len(own) - 1)
+    vh = sum((x - mh) ** 2 for x in held) / (len(held) - 1)
+    return (mo - mh) / math.sqrt(vo / len(own) + vh / len(held))
+
+
+def test_t_reads_standard_normal_when_own_pages_are_drawn_like_held_out_ones() -> None:
+    """Under no own-page effect both sides come from one distribution: t is Student's with
+    8 + 16 − 2 degrees of freedom, so the proof's per-window evidence is calibrated."""
+    rng = random.Random(11)
+    ts = []
+    for _ in range(4000):
+        own = [1.0 - rng.gauss(0.01, 0.004) for _ in range(8)]
+        held = [1.0 - rng.gauss(0.01, 0.004) for _ in range(16)]
+        t = page_t(losses(own, held))
+        assert t is not None
+        ts.append(t)
+    mean = sum(ts) / len(ts)
+    var = sum((t - mean) ** 2 for t in ts) / len(ts)
+    assert abs(mean) < 0.05 and 0.98 < var < 1.2  # Student's t22: variance 22/20 = 1.1
+    assert 0.015 < sum(t > 2.0 for t in ts) / len(ts) < 0.045  # P(t22 > 2) = 0.029
 
 
 @pytest.mark.parametrize(
