@@ -81,8 +81,8 @@ FRAMING = {"shrunk": f"{HONEST},shrunk:4"}
 # Stronger variants of an adversary in the mix, measured alone beside the honest peers (the mixed
 # scenario stays the one every round has measured): poison at twice its share of the norm, and `lazy`
 # after three honest windows (`lapsed`: does a proof earned once carry a peer that stopped?), and six
-# lazy identities instead of one (`lazy_crowd`: the proof is a test at a set level, so its false
-# positives add up over a crowd of peers that do not train on their own pages).
+# lazy identities instead of one (`lazy_crowd`: the proof is a test per peer, so its false positives
+# add up over a crowd of identities that do not train on their own pages).
 VARIANTS = {
     "poison_strong": f"{HONEST},poison_strong:1",
     "lapsed": f"{HONEST},lapsed:1",

@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+from scipy.stats import ttest_ind
 
 from scoring.page_test import PageLosses, PageTestConfig, fold, page_t, stouffer
 
@@ -37,27 +38,21 @@ def test_a_peer_that_trains_on_some_of_its_pages_is_not_held_under_the_proof_by_
     """Two of eight own pages trained on: Welch's t divides by the own side's spread, which those two
     pages make, and stays under 1.5 however much they gain; pooled, the held-out side's 15 degrees of
     freedom weigh in too and t passes 2 (the ¼-pages peer lost its proof under Welch's,
-    README, Scoring fidelity, fifteenth round)."""
+    README, Scoring fidelity, fifteenth round). SciPy's t-tests are the reference for both."""
     held = [1.0 - 0.01 * (i % 4) for i in range(16)]  # held-out gains 0 … 0.03
-    ts = []
+    ts, welch = [], []
     for gain in (0.05, 0.1, 0.4):
         own = [1.0 - gain, 1.0 - gain] + [1.0 - 0.01 * (i % 4) for i in range(6)]
         t = page_t(losses(own, held))
-        assert t is not None and t > _welch(own, held)
+        gains_own, gains_held = [1.0 - a for a in own], [1.0 - a for a in held]
+        assert t == pytest.approx(float(ttest_ind(gains_own, gains_held).statistic), rel=1e-9)
+        welch.append(float(ttest_ind(gains_own, gains_held, equal_var=False).statistic))
+        assert t is not None and t > welch[-1]
         ts.append(t)
-    assert ts[0] < ts[1] < ts[2] and ts[2] > 2.0 > 1.5 > _welch(own, held)
+    assert ts[0] < ts[1] < ts[2] and ts[2] > 2.0 > 1.5 > max(welch)
 
 
-def _welch(own_after: list[float], heldout_after: list[float]) -> float:
-    own = [1.0 - a for a in own_after]
-    held = [1.0 - a for a in heldout_after]
-    mo, mh = sum(own) / len(own), sum(held) / len(held)
-    vo = sum((x - mo) ** 2 for x in own) / (len(own) - 1)
-    vh = sum((x - mh) ** 2 for x in held) / (len(held) - 1)
-    return (mo - mh) / math.sqrt(vo / len(own) + vh / len(held))
-
-
-def test_t_reads_standard_normal_when_own_pages_are_drawn_like_held_out_ones() -> None:
+def test_t_is_calibrated_when_own_pages_are_drawn_like_held_out_ones() -> None:
     """Under no own-page effect both sides come from one distribution: t is Student's with
     8 + 16 − 2 degrees of freedom, so the proof's per-window evidence is calibrated."""
     rng = random.Random(11)
