@@ -78,12 +78,17 @@ def measure(
         rest = [j for j in range(len(updates)) if j != i]
         others = [updates[j] for j in rest]
         kept = [weights[j] for j in rest]
-        scale = sum(weights) / sum(kept)
+        scale = sum(weights) / sum(kept) if sum(kept) > 0 else 1.0
         without = paged_loss(stepped(base, others, [c * scale for c in kept], reference, lr), probe)
         added = paged_loss(stepped(base, others, kept, reference, lr), probe)
         delta, t = paired_t(full, without)
         rows.append(
-            {"weight": w, "renormalised": delta, "renormalised_t": t, "added": (added.mean - full.mean) / w}
+            {
+                "weight": w,
+                "renormalised": delta,
+                "renormalised_t": t,
+                "added": (added.mean - full.mean) / w if w > 0 else float("nan"),
+            }
         )
     gains = median(r["added"] for r in rows)
     for r in rows:
@@ -120,15 +125,17 @@ def run(
             continue
         updates = {p.hotkey: p.update.params for p in report.peers if p.update is not None}
         chosen = [updates[h] for h in sel.gather]
+        # no weights: the plain mean, as GlobalModel.advance takes it
+        weights = list(sel.weights) or [1.0 / len(chosen)] * len(chosen)
         reference = dict(record.clip_reference)
         # the validator sums in digest order; any order is the same step up to rounding
-        mine = stepped(base, chosen, sel.weights, reference, cfg.outer_lr)
+        mine = stepped(base, chosen, weights, reference, cfg.outer_lr)
         after = dict(runner.state.model.model.named_parameters())
         matches.append(max(float((p - after[n]).detach().abs().max()) for n, p in mine.named_parameters()))
         probe = batches(
             dataset, draw_pages(derive_seed("bench-outer-step", window), n_pages, dataset.n_pages), 8
         )
-        rows = measure(base, chosen, sel.weights, reference, cfg.outer_lr, probe)
+        rows = measure(base, chosen, weights, reference, cfg.outer_lr, probe)
         if window - first >= WARMUP:
             for hotkey, row in zip(sel.gather, rows, strict=True):
                 per[behaviour.get(hotkey, "?")].append(row)
