@@ -167,7 +167,7 @@ def summarise(rows: Sequence[dict[str, float]]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="honest_only, 5 windows, H = 5, a small corpus")
+    parser.add_argument("--quick", action="store_true", help="honest_only, 4 windows, H = 5, 4 probe pages")
     parser.add_argument("--scenario", default="graded", choices=sorted(scenarios(False)))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--windows", type=int, default=8)
@@ -178,7 +178,7 @@ def main() -> None:
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="gauntlet-outer-step-"))
     if args.quick:
-        figures = run("honest_only", 0, WARMUP + 2, args.pages, root, quick=True)
+        figures = run("honest_only", 0, WARMUP + 1, 4, root, quick=True)  # window 4 aggregates four
     else:
         figures = run(args.scenario, args.seed, args.windows, args.pages, root)
     print(json.dumps(figures))
