@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import sys
 import tempfile
 from collections import defaultdict
@@ -33,6 +34,7 @@ from statistics import fmean, median
 from typing import Any
 
 import torch
+from scipy.stats import ttest_rel
 
 from benchmarks.bench_fidelity import WARMUP, scenarios, seeded
 from scoring.aggregation import aggregate_into
@@ -61,10 +63,10 @@ def stepped(
 
 
 def paired_t(a: PagedLoss, b: PagedLoss) -> tuple[float, float]:
-    """Mean and t of the per-page differences a − b."""
-    d = torch.tensor(a.pages, dtype=torch.float64) - torch.tensor(b.pages, dtype=torch.float64)
-    spread = float(d.std()) / len(d) ** 0.5
-    return float(d.mean()), float(d.mean()) / spread if spread > 0 else 0.0
+    """Mean of the per-page differences a − b and their paired t (SciPy's; 0 when every page moved
+    alike, where it is not defined)."""
+    t = float(ttest_rel(a.pages, b.pages).statistic)
+    return fmean(x - y for x, y in zip(a.pages, b.pages, strict=True)), t if math.isfinite(t) else 0.0
 
 
 def measure(
@@ -109,6 +111,8 @@ def run(
     peers = parse_peers(scenarios(False)[scenario])
     # quick: enough inner steps that two peers prove their training and are aggregated together
     runner = DemoRunner(DemoConfig(peers, windows=windows, workdir=workdir, inner_steps=5 if quick else 20))
+    if n_pages > runner.dataset.n_pages:  # before the first window, not after it
+        raise SystemExit(f"--pages: at most {runner.dataset.n_pages} (the corpus's pages), not {n_pages}")
     behaviour = runner.network.behaviour_of()
     dataset: Dataset = runner.dataset
     cfg = runner.round.cfg
