@@ -34,6 +34,9 @@ SERVICE_WORDS = re.compile(
 )
 # modules sharing a session fixture (conftest.full_scenario) run in one scope
 SHARED = {"test_round_e2e": "e2e", "test_selection_document": "e2e"}
+# modules of a few long, independent tests (a subprocess each, no module fixture): one scope per test,
+# so they spread over both workers instead of queueing on one
+PER_TEST = {"test_benchmarks"}
 
 
 @functools.cache
@@ -46,6 +49,8 @@ def scope_of(nodeid: str) -> str:
     path = Path(nodeid.split("::", 1)[0])
     if _names_services(ROOT / path):
         return "services"
+    if path.stem in PER_TEST:
+        return nodeid
     return SHARED.get(path.stem, str(path))
 
 
