@@ -166,6 +166,11 @@ def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> tuple[Subm
     missing = [k for k in META_KEYS if not isinstance(metadata.get(k), str)]
     if missing:
         raise Rejected(Reason.BAD_METADATA, f"metadata lacks string fields: {', '.join(missing)}")
+    # every field is printable ASCII (a format name, decimal numbers, an SS58 address, hex): a NUL, a
+    # lone surrogate or a control character would otherwise reach the signed message's encoding and
+    # the recorded detail (PostgreSQL's text refuses NUL: one peer could fail every commit)
+    if odd := [k for k in META_KEYS if not (metadata[k].isascii() and metadata[k].isprintable())]:
+        raise Rejected(Reason.BAD_METADATA, f"metadata fields not printable ASCII: {', '.join(odd)}")
     if metadata["format"] not in FORMATS:
         raise Rejected(Reason.BAD_METADATA, f"format {metadata['format'][:40]!r} is not one of {FORMATS}")
     numbers: dict[str, int] = {}
@@ -197,7 +202,7 @@ def _check_identity(meta: SubmissionMeta, fmt: str, digest: str, expect: Expecte
     if expect.verify_signature and not verify_signature(meta.hotkey, message, meta.signature):
         raise Rejected(Reason.BAD_SIGNATURE, "signature does not verify for the named hotkey")
     if expect.base is not None and meta.base != expect.base:
-        raise Rejected(Reason.STALE_BASE, f"base {meta.base[:16]}… is not the current {expect.base[:16]}…")
+        raise Rejected(Reason.STALE_BASE, f"base {meta.base[:16]!r}… is not the current {expect.base[:16]}…")
 
 
 def _check_schema(entries: Mapping[str, Entry], bounds: Mapping[str, tuple[str, int, int]]) -> None:

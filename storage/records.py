@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
 
+from storage.fields import DETAIL_CHARS, KEY_CHARS, TAG_CHARS, check_window, clean, freeze
 from storage.sketch_rows import SketchRecord
 
 # The values of scoring.ranking.Status that are recorded (storage does not import scoring;
@@ -21,8 +22,7 @@ SELECTION_ROLES: Final = ("gather", "reserve")
 OPEN: Final = "open"
 COMMITTED: Final = "committed"
 WINDOW_STATES: Final = (OPEN, "scored", COMMITTED)
-# The entry of a window's `timings` that says which evaluation workers evaluated how many peers, how
-# fast, with how many failures (validator/workers/stats.py writes it; the API reads it).
+# A window's `timings` entry on its evaluation workers (validator/workers/stats.py writes it)
 WORKER_TIMINGS: Final = "evaluation_workers"
 WEIGHT_OUTCOMES: Final = frozenset({"ok", "failed", "skipped"})
 
@@ -32,16 +32,6 @@ JsonMap = Mapping[str, Any]
 def ordinal(mu: float, sigma: float) -> float:
     """mu − 3 sigma (scoring.ranking.PeerRating.ordinal): ranks ties on final score; the API's `ordinal`."""
     return mu - 3 * sigma
-
-
-def _check_window(window: int) -> None:
-    if window < 0:
-        raise ValueError(f"window must be >= 0, got {window}")
-
-
-def _freeze(obj: object, *names: str) -> None:
-    for name in names:  # frozen fields, normalised once
-        object.__setattr__(obj, name, tuple(getattr(obj, name)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +65,7 @@ class SubmissionRecord:
             raise ValueError(f"unknown submission status {self.status!r}")
         if self.status != "ok" and self.reason is None:
             raise ValueError("a submission that is not ok needs a reason code")
+        clean(self, detail=DETAIL_CHARS, object_key=KEY_CHARS, etag=TAG_CHARS, version_id=TAG_CHARS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +129,9 @@ class PenaltyRecord:
     detail: str = ""
     until_window: int | None = None
 
+    def __post_init__(self) -> None:  # a detail quotes what a peer sent (storage/fields.py)
+        clean(self, detail=DETAIL_CHARS)
+
 
 @dataclass(frozen=True, slots=True)
 class CopyPairRecord:
@@ -186,12 +180,12 @@ class WeightSetRecord:
     error: str | None = None
 
     def __post_init__(self) -> None:
-        _check_window(self.window)
+        check_window(self.window)
         if self.outcome not in WEIGHT_OUTCOMES:
             raise ValueError(f"unknown weight-set outcome {self.outcome!r}")
         if len(self.uids) != len(self.weights):
             raise ValueError("uids and weights must have the same length")
-        _freeze(self, "uids", "weights")
+        freeze(self, "uids", "weights")
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +212,9 @@ class WindowRecord:
     sketches: Sequence[SketchRecord] = ()  # each compared peer's residual (scoring/persistence.py)
 
     def __post_init__(self) -> None:
-        _check_window(self.window)
-        _freeze(self, "aggregate_digests", "aggregate_weights", "submissions", "evaluations", "ratings")
-        _freeze(self, "penalties", "copy_pairs", "selections", "sketches")
+        check_window(self.window)
+        freeze(self, "aggregate_digests", "aggregate_weights", "submissions", "evaluations", "ratings")
+        freeze(self, "penalties", "copy_pairs", "selections", "sketches")
         for name in ("submissions", "evaluations", "ratings", "selections"):
             hotkeys = [r.hotkey for r in getattr(self, name)]
             if len(hotkeys) != len(set(hotkeys)):

@@ -195,6 +195,24 @@ def test_bad_metadata_values(key: str, value: str) -> None:
     assert reason_of(signed(good_tensors(), **{key: value})) == Reason.BAD_METADATA
 
 
+@pytest.mark.parametrize("key", ["hotkey", "base", "signature", "format"])
+@pytest.mark.parametrize(
+    "value",
+    ["\x00\x00\x00\x00ab", "ab\u00e9", "a\nb", "\ud800"],
+    ids=["nul", "non-ascii", "newline", "surrogate"],
+)
+def test_metadata_that_is_not_printable_ascii_is_bad_metadata(key: str, value: str) -> None:
+    """A NUL in a recorded detail fails a PostgreSQL commit, a lone surrogate the signed message's
+    encoding: both are refused as metadata before either is reached. safetensors cannot write a lone
+    surrogate, so the value goes into the header's JSON as an escape, in a placeholder's place."""
+    placeholder = "Q" * 6
+    data = signed(good_tensors(), **{key: placeholder if value == "\ud800" else value})
+    if value == "\ud800":
+        assert data.count(f'"{placeholder}"'.encode()) == 1
+        data = data.replace(f'"{placeholder}"'.encode(), b'"\\ud800"')
+    assert reason_of(data) == Reason.BAD_METADATA
+
+
 def test_identity_failures() -> None:
     good = make_file()
     assert reason_of(good, Expected(window=WINDOW + 1)) == Reason.WRONG_WINDOW

@@ -221,3 +221,25 @@ def test_the_leaderboard_reads_the_last_aggregated_window_on_both_backends(engin
         commit_window(session=session, record=tied_record())
     with session_scope(engine) as session:
         assert [e.uid for e in leaderboard(session=session)] == TIED_ORDER
+
+
+def test_peer_text_that_the_database_would_refuse_is_stored_escaped_and_cut(engine: Engine) -> None:
+    """A rejection's detail quotes what a peer sent, and an ETag is the peer's store's: a NUL
+    (PostgreSQL's text refuses it), a lone surrogate (no UTF-8 for it) or an ETag past String(256)
+    would fail the window's commit, for every peer, in every retry."""
+    hostile = "base \x00\x00ab\ud800… is not the current"
+    record = make_window(5)
+    subs = list(record.submissions)
+    subs[-1] = dataclasses.replace(
+        subs[-1], detail=hostile * 40, etag='"' + "e" * 300 + '"', version_id="\x00v"
+    )
+    penalty = dataclasses.replace(record.penalties[0], detail=hostile)
+    record = dataclasses.replace(record, submissions=subs, penalties=[penalty])
+    assert "\x00" not in record.submissions[-1].detail and len(record.submissions[-1].detail) == 500
+    assert record.penalties[0].detail == "base \\x00\\x00ab\\ud800… is not the current"
+    with session_scope(engine) as s:
+        assert commit_window(session=s, record=record) is CommitOutcome.COMMITTED
+    with session_scope(engine) as s:
+        got = window_detail(session=s, window=5)
+    assert got == record
+    assert got is not None and len(got.submissions[-1].etag or "") == 256

@@ -1,0 +1,34 @@
+"""How records (storage/records.py) normalise their fields when built: sequences frozen to tuples,
+windows checked, and text that came from peers made storable in both databases."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Free text that can come from peers (a rejection's detail, an object key, an ETag) must never fail a
+# commit: PostgreSQL's text refuses NUL, UTF-8 refuses lone surrogates, String(256) longer values.
+DETAIL_CHARS: Final = 500
+KEY_CHARS: Final = 1024
+TAG_CHARS: Final = 256
+
+
+def storable(text: str | None, limit: int) -> str | None:
+    """`text` as both databases store it: NUL and lone surrogates escaped, then cut at `limit`."""
+    if text is None:
+        return None
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
+
+
+def clean(obj: object, **limits: int) -> None:
+    for name, limit in limits.items():
+        object.__setattr__(obj, name, storable(getattr(obj, name), limit))
+
+
+def check_window(window: int) -> None:
+    if window < 0:
+        raise ValueError(f"window must be >= 0, got {window}")
+
+
+def freeze(obj: object, *names: str) -> None:
+    for name in names:  # frozen fields, normalised once
+        object.__setattr__(obj, name, tuple(getattr(obj, name)))
