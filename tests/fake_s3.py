@@ -26,6 +26,7 @@ class FakeObject:
     visible_at: float = 0.0  # wall clock from which HEAD/GET find it
     last_modified: float | None = None  # what the store claims (None: visible_at)
     etag: str = '"v1"'
+    last_modified_header: str | None = None  # sent verbatim instead of `last_modified` (hostile stores)
     trickle_bytes_per_s: float | None = None  # a body sent this slowly (after the headers)
 
 
@@ -77,7 +78,7 @@ def _handler(store: FakeS3) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(obj.data)))
             self.send_header("ETag", obj.etag)
             stamp = obj.last_modified if obj.last_modified is not None else obj.visible_at
-            self.send_header("Last-Modified", formatdate(stamp, usegmt=True))
+            self.send_header("Last-Modified", obj.last_modified_header or formatdate(stamp, usegmt=True))
             self.end_headers()
             if body:
                 self._body(obj)

@@ -234,13 +234,24 @@ def _check_status(response: httpx.Response) -> None:
     raise StoreError(Reason.FETCH_FAILED, f"status {code}", transient=code in (412, 429) or code >= 500)
 
 
+# An ETag or version id is sent back (If-Match) and recorded (String(256)): printable ASCII that fits
+TAG_CHARS = 256
+
+
 def _parse_head(response: httpx.Response) -> ObjectHead:
     try:
         size = int(response.headers["content-length"])
         modified = response.headers.get("last-modified")
         stamp = round(parsedate_to_datetime(modified).timestamp(), 6) if modified else None
-    except (KeyError, ValueError, TypeError, IndexError) as error:
+    except (KeyError, ValueError, TypeError, IndexError, OverflowError) as error:
+        # OverflowError: a Last-Modified year past datetime's range
         raise StoreError(Reason.FETCH_FAILED, f"unusable HEAD headers: {error}") from None
     if size < 0:
         raise StoreError(Reason.FETCH_FAILED, "negative content-length")
-    return ObjectHead(size, response.headers.get("etag"), response.headers.get("x-amz-version-id"), stamp)
+    etag, version = response.headers.get("etag"), response.headers.get("x-amz-version-id")
+    for name, tag in (("etag", etag), ("version id", version)):
+        if tag is not None and not (len(tag) <= TAG_CHARS and tag.isascii() and tag.isprintable()):
+            raise StoreError(
+                Reason.FETCH_FAILED, f"unusable {name}: not printable ASCII of {TAG_CHARS} at most"
+            )
+    return ObjectHead(size, etag, version, stamp)

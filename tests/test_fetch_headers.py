@@ -1,0 +1,57 @@
+"""A peer's store answers HEAD with headers of its choosing: every unusable one ends the fetch as
+`fetch_failed`, never as an exception that escapes the fetch (and so never as an internal error,
+nor as a value that would fail the window's commit: an ETag is recorded in a String(256) column and
+sent back as If-Match, which must be ASCII)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from scoring.ranking import Status
+from scoring.types import Reason
+from tests.fake_s3 import FakeObject, FakeS3, serving
+from validator.stores.commitments import StorageLocation
+from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key
+
+T0 = time.time() - 10
+LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)
+
+
+def fetched(obj: FakeObject) -> tuple[str, str | None, str | None]:
+    with serving(FakeS3()) as store:
+        store.put(f"/bucket/{object_key(5, 'peer')}", obj)
+        location = StorageLocation(scheme="http", host="127.0.0.1", port=store.port, bucket="bucket")
+        result = asyncio.run(
+            Fetcher(LOOPBACK_OK).fetch(FetchRequest("peer", location, object_key(5, "peer"), T0))
+        )
+    return result.status, result.reason, result.etag if result.status == Status.OK else None
+
+
+def test_ordinary_headers_fetch_the_object() -> None:
+    assert fetched(FakeObject(b"bytes", T0 + 1, etag='"abc-1"')) == (Status.OK, None, '"abc-1"')
+
+
+@pytest.mark.parametrize(
+    "etag",
+    [
+        '"' + "e" * 300 + '"',  # longer than the column that records it
+        '"\u00c3\u00a9"',  # UTF-8 bytes of é on the wire: not ASCII, so no If-Match could carry it
+        '"a\x7fb"',  # a control character
+    ],
+    ids=["long", "non-ascii", "control"],
+)
+def test_an_unusable_etag_is_fetch_failed(etag: str) -> None:
+    assert fetched(FakeObject(b"bytes", T0 + 1, etag=etag))[:2] == (Status.MISSING, Reason.FETCH_FAILED)
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["Mon, 01 Jan 99999999999999999999 00:00:00 GMT", "Mon, 41 Foo 2026 99:99:99 GMT", "yesterday"],
+    ids=["year-overflow", "nonsense-fields", "words"],
+)
+def test_an_unusable_last_modified_is_fetch_failed(stamp: str) -> None:
+    obj = FakeObject(b"bytes", T0 + 1, last_modified_header=stamp)
+    assert fetched(obj)[:2] == (Status.MISSING, Reason.FETCH_FAILED)
