@@ -172,3 +172,37 @@ def test_https_goes_to_the_checked_address_and_verifies_the_name(certificate: tu
         assert {host for _, _, host in tls_store.log} == {f"localhost:{tls_store.port}"}
         with pytest.raises(StoreError):  # the certificate is not for 127.0.0.1: refused, not ignored
             asyncio.run(head("127.0.0.1"))
+
+
+def test_hanging_lookups_neither_starve_honest_ones_nor_hold_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forty names under a nameserver that never answers (each lookup holds its thread for 3 s):
+    an honest name looked up after them still resolves within its 1 s, and the event loop ends
+    without waiting for the stuck lookups (it would overrun the window's fetch deadline)."""
+    real = socket.getaddrinfo
+
+    def resolver(host: str, port: int, *args: object, **kwargs: object) -> list[object]:
+        if host.endswith(".hangs.example"):
+            time.sleep(3.0)
+            raise socket.gaierror("timed out")
+        if host == "honest.example":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+        return real(host, port, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+
+    async def window() -> tuple[list[str], str]:
+        hostile = [
+            pin_host(f"p{i}.hangs.example", 443, allow_private=False, timeout_s=0.5) for i in range(40)
+        ]
+        tasks = [asyncio.ensure_future(h) for h in hostile]
+        await asyncio.sleep(0.05)  # the hostile lookups hold their threads first
+        honest = await pin_host("honest.example", 443, allow_private=False, timeout_s=1.0)
+        refused = await asyncio.gather(*tasks, return_exceptions=True)
+        return [r.reason if isinstance(r, HostRefused) else "pinned" for r in refused], honest.address
+
+    started = time.monotonic()
+    reasons, address = asyncio.run(window())
+    assert time.monotonic() - started < 2.0
+    assert address == "93.184.216.34" and reasons == ["unresolvable"] * 40

@@ -13,12 +13,23 @@ Three layers keep that from reaching internal services:
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import re
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 _NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
+
+# Lookups run on a pool of their own, not on asyncio's default executor. A lookup that hangs (a
+# peer's nameserver that never answers) holds its thread until the system resolver gives up, however
+# soon the fetch stops waiting for it. On the default pool (min(32, CPUs + 4) threads, shared with
+# the spool's file writes) hanging names starved honest peers' lookups into `unresolvable`, and
+# `asyncio.run` waited for the stuck threads past the window's fetch deadline. This pool has a thread
+# for every request of a full subnet (256 peers, HEAD and GET), starts threads only when needed, and
+# no event loop waits for it.
+_RESOLVER = ThreadPoolExecutor(max_workers=512, thread_name_prefix="gauntlet-dns")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -90,7 +101,8 @@ async def _resolve(host: str, port: int, timeout_s: float) -> list[IPAddress]:
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_s):
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+            infos = await loop.run_in_executor(_RESOLVER, lookup)
     except (OSError, TimeoutError, UnicodeError) as error:
         raise HostRefused(
             "unresolvable", f"the storage host does not resolve ({type(error).__name__})"
