@@ -19,6 +19,11 @@ def storable(text: str | None, limit: int) -> str | None:
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
 
 
+def bigint(value: int | None) -> int | None:
+    """`value` when a BigInteger column holds it, else None (a size a peer's store claimed)."""
+    return value if value is None or -(1 << 63) <= value < 1 << 63 else None
+
+
 def clean(obj: object, **limits: int) -> None:
     for name, limit in limits.items():
         object.__setattr__(obj, name, storable(getattr(obj, name), limit))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final
 
-from storage.fields import DETAIL_CHARS, KEY_CHARS, TAG_CHARS, check_window, clean, freeze
+from storage.fields import DETAIL_CHARS, KEY_CHARS, TAG_CHARS, bigint, check_window, clean, freeze
 from storage.sketch_rows import SketchRecord
 
 # The values of scoring.ranking.Status that are recorded (storage does not import scoring;
@@ -66,6 +66,7 @@ class SubmissionRecord:
         if self.status != "ok" and self.reason is None:
             raise ValueError("a submission that is not ok needs a reason code")
         clean(self, detail=DETAIL_CHARS, object_key=KEY_CHARS, etag=TAG_CHARS, version_id=TAG_CHARS)
+        object.__setattr__(self, "size", bigint(self.size))
 
 
 @dataclass(frozen=True, slots=True)

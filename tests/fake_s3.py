@@ -27,6 +27,7 @@ class FakeObject:
     last_modified: float | None = None  # what the store claims (None: visible_at)
     etag: str = '"v1"'
     last_modified_header: str | None = None  # sent verbatim instead of `last_modified` (hostile stores)
+    content_length_header: str | None = None  # sent in HEAD answers instead of the data's length
     trickle_bytes_per_s: float | None = None  # a body sent this slowly (after the headers)
 
 
@@ -75,7 +76,10 @@ def _handler(store: FakeS3) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 return
             self.send_response(200)
-            self.send_header("Content-Length", str(len(obj.data)))
+            length = (
+                obj.content_length_header if not body and obj.content_length_header else str(len(obj.data))
+            )
+            self.send_header("Content-Length", length)
             self.send_header("ETag", obj.etag)
             stamp = obj.last_modified if obj.last_modified is not None else obj.visible_at
             self.send_header("Last-Modified", obj.last_modified_header or formatdate(stamp, usegmt=True))

@@ -55,3 +55,18 @@ def test_an_unusable_etag_is_fetch_failed(etag: str) -> None:
 def test_an_unusable_last_modified_is_fetch_failed(stamp: str) -> None:
     obj = FakeObject(b"bytes", T0 + 1, last_modified_header=stamp)
     assert fetched(obj)[:2] == (Status.MISSING, Reason.FETCH_FAILED)
+
+
+@pytest.mark.parametrize(
+    "length", [str(1 << 63), "9" * 40, "-1", "12 bytes"], ids=["2^63", "huge", "negative", "words"]
+)
+def test_an_unusable_content_length_is_fetch_failed(length: str) -> None:
+    """Not `too_large` with the size as sent: the record keeps the size in a BigInteger, which a
+    size of 2^63 or more would overflow, failing the window's commit."""
+    obj = FakeObject(b"bytes", T0 + 1, content_length_header=length)
+    assert fetched(obj)[:2] == (Status.MISSING, Reason.FETCH_FAILED)
+
+
+def test_a_large_but_storable_content_length_is_too_large() -> None:
+    obj = FakeObject(b"bytes", T0 + 1, content_length_header=str((1 << 63) - 1))
+    assert fetched(obj)[:2] == (Status.INVALID, Reason.TOO_LARGE)

@@ -225,13 +225,13 @@ def test_the_leaderboard_reads_the_last_aggregated_window_on_both_backends(engin
 
 def test_peer_text_that_the_database_would_refuse_is_stored_escaped_and_cut(engine: Engine) -> None:
     """A rejection's detail quotes what a peer sent, and an ETag is the peer's store's: a NUL
-    (PostgreSQL's text refuses it), a lone surrogate (no UTF-8 for it) or an ETag past String(256)
-    would fail the window's commit, for every peer, in every retry."""
+    (PostgreSQL's text refuses it), a lone surrogate (no UTF-8 for it), an ETag past String(256) or
+    a size past BigInteger would fail the window's commit, for every peer, in every retry."""
     hostile = "base \x00\x00ab\ud800… is not the current"
     record = make_window(5)
     subs = list(record.submissions)
     subs[-1] = dataclasses.replace(
-        subs[-1], detail=hostile * 40, etag='"' + "e" * 300 + '"', version_id="\x00v"
+        subs[-1], detail=hostile * 40, etag='"' + "e" * 300 + '"', version_id="\x00v", size=1 << 64
     )
     penalty = dataclasses.replace(record.penalties[0], detail=hostile)
     record = dataclasses.replace(record, submissions=subs, penalties=[penalty])
@@ -243,3 +243,4 @@ def test_peer_text_that_the_database_would_refuse_is_stored_escaped_and_cut(engi
         got = window_detail(session=s, window=5)
     assert got == record
     assert got is not None and len(got.submissions[-1].etag or "") == 256
+    assert got.submissions[-1].size is None  # a size no BigInteger holds (the detail still quotes it)

@@ -246,8 +246,8 @@ def _parse_head(response: httpx.Response) -> ObjectHead:
     except (KeyError, ValueError, TypeError, IndexError, OverflowError) as error:
         # OverflowError: a Last-Modified year past datetime's range
         raise StoreError(Reason.FETCH_FAILED, f"unusable HEAD headers: {error}") from None
-    if size < 0:
-        raise StoreError(Reason.FETCH_FAILED, "negative content-length")
+    if not 0 <= size < 1 << 63:  # no store holds more; the record's BigInteger could not hold it either
+        raise StoreError(Reason.FETCH_FAILED, "content-length out of range")
     etag, version = response.headers.get("etag"), response.headers.get("x-amz-version-id")
     for name, tag in (("etag", etag), ("version id", version)):
         if tag is not None and not (len(tag) <= TAG_CHARS and tag.isascii() and tag.isprintable()):
