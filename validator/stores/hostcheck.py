@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import os
 import re
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +29,16 @@ _NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 # the spool's file writes) hanging names starved honest peers' lookups into `unresolvable`, and
 # `asyncio.run` waited for the stuck threads past the window's fetch deadline. This pool has a thread
 # for every request of a full subnet (256 peers, HEAD and GET), starts threads only when needed, and
-# no event loop waits for it.
-_RESOLVER = ThreadPoolExecutor(max_workers=512, thread_name_prefix="gauntlet-dns")
+# no event loop waits for it. One per process: a forked child would inherit a pool without threads.
+_RESOLVERS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _resolver() -> ThreadPoolExecutor:
+    pid = os.getpid()
+    if pid not in _RESOLVERS:
+        _RESOLVERS[pid] = ThreadPoolExecutor(max_workers=512, thread_name_prefix="gauntlet-dns")
+    return _RESOLVERS[pid]
+
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -102,7 +111,7 @@ async def _resolve(host: str, port: int, timeout_s: float) -> list[IPAddress]:
     try:
         async with asyncio.timeout(timeout_s):
             lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
-            infos = await loop.run_in_executor(_RESOLVER, lookup)
+            infos = await loop.run_in_executor(_resolver(), lookup)
     except (OSError, TimeoutError, UnicodeError) as error:
         raise HostRefused(
             "unresolvable", f"the storage host does not resolve ({type(error).__name__})"
