@@ -7,6 +7,7 @@ from typing import Final
 
 # Free text that can come from peers (a rejection's detail, an object key, an ETag) must never fail a
 # commit: PostgreSQL's text refuses NUL, UTF-8 refuses lone surrogates, String(256) longer values.
+HOTKEY_CHARS: Final = 64  # the String(64) of every hotkey column and key (storage/models.py)
 DETAIL_CHARS: Final = 500
 KEY_CHARS: Final = 1024
 TAG_CHARS: Final = 256
@@ -17,6 +18,12 @@ def storable(text: str | None, limit: int) -> str | None:
     if text is None:
         return None
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
+
+
+def storable_hotkey(hotkey: str) -> bool:
+    """Can a row name `hotkey`? A chain's SS58 addresses always can; a hotkey over HOTKEY_CHARS, or
+    not printable ASCII, would fail the commit of any window that recorded it (it is a key)."""
+    return 0 < len(hotkey) <= HOTKEY_CHARS and hotkey.isascii() and hotkey.isprintable()
 
 
 def bigint(value: int | None) -> int | None:

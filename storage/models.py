@@ -28,6 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from storage.fields import HOTKEY_CHARS
 from storage.records import SELECTION_ROLES, WINDOW_STATES
 
 NAMING_CONVENTION = {
@@ -38,7 +39,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-HOTKEY = String(64)
+HOTKEY = String(HOTKEY_CHARS)
 DIGEST = String(128)
 UTC_TIME = DateTime(timezone=True)
 WINDOW_FK = "windows.window"

@@ -78,7 +78,8 @@ def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Pa
 
 def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:
     chain = LocalChain(LocalChainConfig(tmp_path / "chain.sqlite"))
-    for uid, hotkey in enumerate(["5Fgood", "5Fnone", "5Fgarbage", "5Fprivate", "bad/hotkey"]):
+    unstorable = ["x" * 65, "nul\x00key", "caf\u00e9"]  # no row could name them: left out
+    for uid, hotkey in enumerate(["5Fgood", "5Fnone", "5Fgarbage", "5Fprivate", "bad/hotkey", *unstorable]):
         chain.register(hotkey, uid=uid)
     chain.commit("5Fgood", f"file://{tmp_path}/store")
     chain.commit("5Fgarbage", "not a url at all")
@@ -90,6 +91,29 @@ def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:
         "5Fgood": None, "5Fnone": Reason.NO_LOCATION, "5Fgarbage": Reason.BAD_LOCATION,
         "5Fprivate": Reason.BAD_LOCATION, "bad/hotkey": Reason.BAD_LOCATION,
     }  # fmt: skip
+
+
+def test_a_window_with_unusable_chain_hotkeys_commits(tmp_path: Path) -> None:
+    """A hotkey that names no object key is a `bad_location` peer and one no row could name is left
+    out; before, building the record's object key raised in the commit stage, every retry."""
+    clear_gauntlet_env()
+    cfg = DemoConfig(parse_peers("honest:1"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
+    runner = DemoRunner(cfg)
+    for hotkey in ("bad/hotkey", "x" * 65):
+        runner.chain.register(hotkey)
+        runner.chain.commit(hotkey, f"file://{tmp_path}/store")
+    window = runner.next_window
+    runner.publish(window)
+    report = runner.validate(window)
+    assert runner.round.ledger.window_state(window) == "committed"
+    record = runner.round.ledger.window_detail(window)
+    assert record is not None
+    bad = {
+        s.hotkey: s for s in record.submissions if s.hotkey not in {p.hotkey for p in report.peers if p.valid}
+    }
+    assert {h: (s.reason, s.object_key) for h, s in bad.items()} == {
+        "bad/hotkey": (Reason.BAD_LOCATION, None)
+    }
 
 
 def test_only_trusted_storage_providers_when_configured() -> None:

@@ -6,23 +6,34 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import structlog
+
 from scoring.ranking import Status
 from scoring.types import Reason
+from storage.fields import storable_hotkey
 from validator.chain.protocol import Chain
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.stores.commitments import LocationError, LocationPolicy, parse_location
 from validator.stores.objstore import Fetcher, FetchRequest, FetchResult, object_key
 from validator.stores.peer_fetch import clear_spool
 
+log = structlog.get_logger(__name__)
+
 
 def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:
-    """Every registered neuron (but the validator itself) with its parsed storage location."""
+    """Every registered neuron (but the validator itself) with its parsed storage location. A hotkey
+    no row could name (storage/fields.py `storable_hotkey`; never an SS58 address) is left out and
+    logged: recorded, it would fail the commit of every window, in every retry."""
     commitments = chain.commitments()
-    return [
-        _target(n.uid, n.hotkey, commitments.get(n.hotkey), policy)
-        for n in chain.neurons()
-        if n.hotkey != exclude
-    ]
+    targets = []
+    for n in chain.neurons():
+        if n.hotkey == exclude:
+            continue
+        if not storable_hotkey(n.hotkey):
+            log.warning("hotkey_left_out", uid=n.uid, hotkey=ascii(n.hotkey[:70]), why="not storable")
+            continue
+        targets.append(_target(n.uid, n.hotkey, commitments.get(n.hotkey), policy))
+    return targets
 
 
 def _target(uid: int, hotkey: str, text: str | None, policy: LocationPolicy) -> PeerTarget:

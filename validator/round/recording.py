@@ -39,7 +39,7 @@ def _time(ts: float | None) -> datetime | None:
 
 
 def submission_record(
-    p: PeerWindow, key: str, reference: Mapping[str, float] | None = None
+    p: PeerWindow, key: str | None, reference: Mapping[str, float] | None = None
 ) -> SubmissionRecord:
     f = p.fetch
     norms = p.update.norms() if p.valid and p.update is not None else None
@@ -75,13 +75,19 @@ def evaluation_record(hotkey: str, e: PeerEval) -> EvaluationRecord:
     return EvaluationRecord.of(hotkey, e, asdict(e.timings), pages)
 
 
+def fetched_key(window: int, p: PeerWindow) -> str | None:
+    """The object key of what was fetched; None when nothing was (a hotkey that names no object key
+    is a `bad_location` peer, never fetched)."""
+    return object_key(window, p.hotkey) if p.fetch is not None else None
+
+
 def recordable(peers: Sequence[PeerWindow], window: int) -> list[PeerWindow]:
     """Each peer's rows built once before the window is rated: a peer whose rows cannot be built is
     `internal_error` (recorded without its fetch details), so one odd value cannot fail the commit."""
     out = []
     for p in peers:
         try:
-            submission_record(p, object_key(window, p.hotkey))
+            submission_record(p, fetched_key(window, p))
             if p.evaluation is not None:
                 evaluation_record(p.hotkey, p.evaluation)
         except Exception as e:  # one peer's record: isolated
@@ -155,9 +161,7 @@ def window_record(
     uids = {p.hotkey: p.uid for p in peers}
     return replace(
         header,
-        submissions=[
-            submission_record(p, object_key(header.window, p.hotkey), scored.reference) for p in peers
-        ],
+        submissions=[submission_record(p, fetched_key(header.window, p), scored.reference) for p in peers],
         evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
         ratings=[rating_record(rating) for rating in state.peers.values()],
         penalties=penalty_records(peers, state, cfg),
