@@ -51,6 +51,7 @@ class Reason:
     NO_LOCATION: Final = "no_location"
     BAD_LOCATION: Final = "bad_location"
     ZERO_UPDATE: Final = "zero_update"  # an update with (near) zero norm: it would capture the clip reference
+    NON_FINITE_LOSS: Final = "non_finite_loss"  # the update took the model's loss to NaN or infinity
     INTERNAL_ERROR: Final = "internal_error"  # judging this peer raised; the window goes on without it
     NOT_ATTEMPTED: Final = "not_attempted"  # the window's fetch budget ran out first: not penalised
 

@@ -5,7 +5,9 @@ all-zero updates. Files are written straight into the peers' folders, as hostile
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import math
 import struct
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +57,27 @@ def raising_evaluator(bad: Collection[int] | None) -> Evaluator:
         if bad is None or any(j.uid in bad for j in jobs):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, before=before)
+
+    return evaluate
+
+
+def non_finite_evaluator(bad: Collection[int], value: float = math.nan) -> Evaluator:
+    """`evaluate_peers`, with the held-out loss after the update of each `bad` uid set to `value`
+    (what an update that overflows the model's activations would read)."""
+
+    def evaluate(
+        model: LlamaModel,
+        jobs: Sequence[PeerJob],
+        heldout: Batches,
+        *,
+        reference: Mapping[str, float],
+        cfg: LossScoreConfig,
+        before: PagedLoss | None = None,
+    ) -> list[PeerEval]:
+        out = evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, before=before)
+        return [
+            dataclasses.replace(e, loss_rand_after=value, score=value) if e.uid in bad else e for e in out
+        ]
 
     return evaluate
 

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import io
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -21,7 +22,14 @@ from rich.traceback import Traceback
 
 from scoring.clipping import median_norms
 from scoring.types import Reason
-from tests.poison_fixtures import raising_decoder, raising_evaluator, random_file, register, upload
+from tests.poison_fixtures import (
+    non_finite_evaluator,
+    raising_decoder,
+    raising_evaluator,
+    random_file,
+    register,
+    upload,
+)
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
 from validator.round.loop import Judging, Round, WindowState, run_window
@@ -80,6 +88,29 @@ def test_a_peer_whose_decoding_or_evaluation_raises_is_internal_error_and_the_wi
     assert excs["decode"]["exc_type"] == "OverflowError" and "cannot multiply" in excs["decode"]["exc_value"]
     frames = excs["evaluate"]["frames"]  # the traceback, frame by frame, without local variables
     assert frames and all("locals" not in f for f in frames)
+    runner.round.ledger.engine.dispose()
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf], ids=["nan", "inf"])
+def test_a_non_finite_loss_is_no_score_and_the_window_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: float
+) -> None:
+    """NaN would win its rating match and read as the best proof margin; on SQLite it would fail the
+    commit (NOT NULL). The peer is invalid instead, with its own reason, and its evaluation is gone."""
+    runner = _runner(tmp_path, "honest:2", monkeypatch)
+    a, b = runner.network.peers[:2]
+    runner.round = dataclasses.replace(
+        runner.round, judging=Judging(evaluate=non_finite_evaluator({a.uid}, value))
+    )
+    runner.publish(1)
+    by = {p.hotkey: p for p in runner.validate(1).peers}
+    assert (by[a.hotkey].status, by[a.hotkey].reason, by[a.hotkey].evaluation) == (
+        "invalid", Reason.NON_FINITE_LOSS, None,
+    )  # fmt: skip
+    assert by[b.hotkey].status == "ok" and by[b.hotkey].evaluation is not None
+    stored = runner.round.ledger.window_detail(1)
+    assert stored is not None and [e.hotkey for e in stored.evaluations] == [b.hotkey]
+    assert a.hotkey not in runner.state.ratings.peers or runner.state.ratings.peers[a.hotkey].evaluations == 0
     runner.round.ledger.engine.dispose()
 
 

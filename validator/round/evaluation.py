@@ -26,6 +26,7 @@ from scoring.loss_score import (
 from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.sampling import History, sample_for_evaluation
+from scoring.types import Reason
 from validator.round.checking import judging_failed
 from validator.round.outcomes import PeerWindow
 from validator.round.window import WindowSeed
@@ -135,9 +136,27 @@ def evaluate_window(
     for p in peers:
         if p.hotkey in picked and p.uid in failed:
             out.append(judging_failed(p, "evaluate", failed[p.uid]))
+        elif p.hotkey in picked:
+            out.append(_finite_or_rejected(replace(p, evaluation=by_uid[p.uid])))
         else:
-            out.append(replace(p, evaluation=by_uid[p.uid]) if p.hotkey in picked else p)
+            out.append(p)
     return out, workers
+
+
+def _finite_or_rejected(p: PeerWindow) -> PeerWindow:
+    """An evaluation with a loss of NaN or infinity is no score: NaN wins an openskill match and
+    reads as the best proof margin, and SQLite refuses it in a NOT NULL column. The update's fault
+    (`non_finite_loss`) when the model's losses before it were finite; else the validator's own."""
+    e = p.evaluation
+    assert e is not None
+    before = (e.loss_own_before, e.loss_rand_before)
+    after = (e.loss_own_after, e.loss_rand_after, e.score, e.own_gain, e.loss_rand_step or 0.0)
+    if all(math.isfinite(x) for x in (*before, *after)):
+        return p
+    if not all(math.isfinite(x) for x in before):
+        failed = judging_failed(p, "evaluate", FloatingPointError("a loss before any update is not finite"))
+        return replace(failed, evaluation=None)
+    return replace(p.reject(Reason.NON_FINITE_LOSS, "the update's loss is not finite"), evaluation=None)
 
 
 def _evaluate_chosen(
