@@ -8,9 +8,10 @@ test_storage_resilience.py). Every test that may touch either therefore runs in 
 module fixtures are built once), and modules that share a costly session fixture share a scope.
 
 The scope is decided on the controller, which sees only test ids, so it reads sources: a module is
-in `services` when it names the services or requests a fixture that uses them (test_benchmarks.py
-does: bench_faults compares with `fault_reference`). A module put there by mistake only runs
-serially; one missed would run beside a test that stops the services.
+in `services` when it names the services or requests a fixture that uses them (test_bench_faults.py
+does: it compares with `fault_reference`). A module put there by mistake only runs serially; one
+missed would run beside a test that stops the services. test_benchmarks.py runs one benchmark per
+test: each is a scope of its own, or `services` when the benchmark's own source names them.
 xdist's own `loadgroup` is not used: it passes groups by rewriting test ids, which pytest 9.2 no
 longer honours, and it then spreads the tests silently (pytest-xdist issue #1386).
 """
@@ -50,6 +51,9 @@ def scope_of(nodeid: str) -> str:
     if _names_services(ROOT / path):
         return "services"
     if path.stem in PER_TEST:
+        script = re.search(r"\[(\w+)\]$", nodeid)  # the benchmark a parametrised test runs
+        if script and _names_services(ROOT / "benchmarks" / f"{script.group(1)}.py"):
+            return "services"
         return nodeid
     return SHARED.get(path.stem, str(path))
 

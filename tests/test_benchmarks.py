@@ -3,8 +3,8 @@ their usage lines show), ends with one JSON line of figures.
 
 The figures themselves are measured by running the scripts without --quick (see the README).
 bench_faults runs in tests/test_bench_faults.py, scheduled with the tests that use the shared
-services (tests/parallel.py); every benchmark here is a scope of its own, so they spread over both
-workers."""
+services (tests/parallel.py); every other benchmark here is a scope of its own (or runs with the
+services when it uses them itself), so they spread over both workers."""
 
 from __future__ import annotations
 

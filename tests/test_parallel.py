@@ -18,5 +18,8 @@ def test_pure_modules_are_scopes_of_their_own() -> None:
 
 
 def test_the_benchmarks_quick_runs_are_scopes_of_one_test_each() -> None:
-    ids = [f"tests/test_benchmarks.py::test_quick[{name}]" for name in ("bench_codec", "bench_api")]
+    ids = [f"tests/test_benchmarks.py::test_quick[{name}]" for name in ("bench_codec", "bench_loss_score")]
     assert [scope_of(i) for i in ids] == ids
+    # those that use the shared PostgreSQL or Redis themselves run with the services
+    for name in ("bench_api", "bench_storage"):
+        assert scope_of(f"tests/test_benchmarks.py::test_quick[{name}]") == "services", name
