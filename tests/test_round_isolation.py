@@ -20,6 +20,7 @@ import structlog
 from rich.console import Console
 from rich.traceback import Traceback
 
+import validator.round.replay as replay
 from scoring.clipping import median_norms
 from scoring.types import Reason
 from tests.poison_fixtures import (
@@ -36,6 +37,7 @@ from validator.round.loop import Judging, Round, WindowState, run_window
 from validator.service import Retry, serve
 from validator.state.global_model import GlobalModel
 from validator.telemetry.logs import configure_logging
+from validator.wiring import load_model, round_config
 
 CANARY = "canary-7f3e9d1c-validator-secret"
 Logs = Callable[[], list[dict[str, Any]]]
@@ -111,6 +113,14 @@ def test_a_non_finite_loss_is_no_score_and_the_window_commits(
     stored = runner.round.ledger.window_detail(1)
     assert stored is not None and [e.hotkey for e in stored.evaluations] == [b.hotkey]
     assert a.hotkey not in runner.state.ratings.peers or runner.state.ratings.peers[a.hotkey].evaluations == 0
+    # replay evaluates it again (it stored no evaluation) and reaches the same verdict; the same
+    # faulty evaluator stands in for what made the loss non-finite
+    monkeypatch.setattr(replay, "evaluate_peers", non_finite_evaluator({a.uid}, value))
+    rows = replay.replay_window(
+        1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        dataset=runner.dataset, cfg=round_config(runner.settings),
+    )  # fmt: skip
+    assert {r.hotkey: r.differences(0.0) for r in rows} == {a.hotkey: [], b.hotkey: []}
     runner.round.ledger.engine.dispose()
 
 

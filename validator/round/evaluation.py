@@ -150,7 +150,8 @@ def _finite_or_rejected(p: PeerWindow) -> PeerWindow:
     e = p.evaluation
     assert e is not None
     before = (e.loss_own_before, e.loss_rand_before)
-    after = (e.loss_own_after, e.loss_rand_after, e.score, e.own_gain, e.loss_rand_step or 0.0)
+    # not the probe step's loss: a non-finite one is already no retention (scoring/loss_score.py)
+    after = (e.loss_own_after, e.loss_rand_after, e.score, e.own_gain)
     if all(math.isfinite(x) for x in (*before, *after)):
         return p
     if not all(math.isfinite(x) for x in before):

@@ -17,6 +17,7 @@ from scoring.loss_score import evaluate_peers
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
+from scoring.types import Reason
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
 from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
@@ -181,7 +182,9 @@ def replay_window(
         seen_before=lambda digests: ledger.seen_before(digests, window),
         evaluator=evaluate_peers,
         budget=lambda: len(peers),
-        only={e.hotkey for e in record.evaluations},
+        # evaluated peers, and those whose evaluation was rejected as non-finite (it stored none)
+        only={e.hotkey for e in record.evaluations}
+        | {s.hotkey for s in record.submissions if s.reason == Reason.NON_FINITE_LOSS},
         earlier=earlier_loader(ledger, window, ctx.spec, cfg.check),
         sketches=sketch_loader(ledger, window, seed, cfg.ranking.persistence),
     )
