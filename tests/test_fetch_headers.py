@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
 
 from scoring.ranking import Status
@@ -15,6 +16,7 @@ from scoring.types import Reason
 from tests.fake_s3 import FakeObject, FakeS3, serving
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key
+from validator.stores.peer_http import StoreError, _parse_head
 
 T0 = time.time() - 10
 LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)
@@ -70,3 +72,36 @@ def test_an_unusable_content_length_is_fetch_failed(length: str) -> None:
 def test_a_large_but_storable_content_length_is_too_large() -> None:
     obj = FakeObject(b"bytes", T0 + 1, content_length_header=str((1 << 63) - 1))
     assert fetched(obj)[:2] == (Status.INVALID, Reason.TOO_LARGE)
+
+
+# h11 itself refuses some of the headers above before they reach the validator's own parsing: the
+# same checks on the parsed response directly
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-length": str(1 << 63)},
+        {"content-length": "-5"},
+        {"content-length": "5", "last-modified": "Mon, 01 Jan 99999999999999999999 00:00:00 GMT"},
+        {"content-length": "5", "etag": "e" * 257},
+        {"content-length": "5", "etag": "caf\u00e9".encode()},
+        {"content-length": "5", "etag": "a\tb"},
+        {},
+    ],
+    ids=["2^63", "negative", "year-overflow", "long-etag", "non-ascii-etag", "tab-etag", "no-length"],
+)
+def test_parse_head_refuses_unusable_headers(headers: dict[str, str | bytes]) -> None:
+    with pytest.raises(StoreError) as info:
+        _parse_head(httpx.Response(200, headers=headers))
+    assert info.value.reason == Reason.FETCH_FAILED
+
+
+def test_an_unusable_version_id_is_dropped_not_held_against_the_peer() -> None:
+    """It is only informative (never sent back, never recorded): an AWS version id may be 1024 bytes."""
+    head = _parse_head(
+        httpx.Response(200, headers={"content-length": "5", "etag": '"e"', "x-amz-version-id": "v" * 1024})
+    )
+    assert (head.size, head.etag, head.version) == (5, '"e"', None)
+    head = _parse_head(
+        httpx.Response(200, headers={"content-length": "5", "x-amz-version-id": "3HL4kqtJlcpXroDTDmJ"})
+    )
+    assert head.version == "3HL4kqtJlcpXroDTDmJ"

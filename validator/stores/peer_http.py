@@ -234,7 +234,8 @@ def _check_status(response: httpx.Response) -> None:
     raise StoreError(Reason.FETCH_FAILED, f"status {code}", transient=code in (412, 429) or code >= 500)
 
 
-# An ETag or version id is sent back (If-Match) and recorded (String(256)): printable ASCII that fits
+# An ETag is sent back (If-Match) and recorded (String(256)): printable ASCII that fits. A version id
+# is only informative: one that is not usable is dropped, not held against the peer.
 TAG_CHARS = 256
 
 
@@ -249,9 +250,10 @@ def _parse_head(response: httpx.Response) -> ObjectHead:
     if not 0 <= size < 1 << 63:  # no store holds more; the record's BigInteger could not hold it either
         raise StoreError(Reason.FETCH_FAILED, "content-length out of range")
     etag, version = response.headers.get("etag"), response.headers.get("x-amz-version-id")
-    for name, tag in (("etag", etag), ("version id", version)):
-        if tag is not None and not (len(tag) <= TAG_CHARS and tag.isascii() and tag.isprintable()):
-            raise StoreError(
-                Reason.FETCH_FAILED, f"unusable {name}: not printable ASCII of {TAG_CHARS} at most"
-            )
-    return ObjectHead(size, etag, version, stamp)
+    if etag is not None and not _usable_tag(etag):  # sent back as If-Match and recorded
+        raise StoreError(Reason.FETCH_FAILED, f"unusable etag: not printable ASCII of {TAG_CHARS} at most")
+    return ObjectHead(size, etag, version if version is None or _usable_tag(version) else None, stamp)
+
+
+def _usable_tag(tag: str) -> bool:
+    return len(tag) <= TAG_CHARS and tag.isascii() and tag.isprintable()
