@@ -206,3 +206,25 @@ def test_hanging_lookups_neither_starve_honest_ones_nor_hold_the_loop(
     reasons, address = asyncio.run(window())
     assert time.monotonic() - started < 2.0
     assert address == "93.184.216.34" and reasons == ["unresolvable"] * 40
+
+
+def test_requests_for_a_name_share_its_lookup_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HEAD, GET, retries and the upload poller each ask for the peer's host: while its lookup
+    hangs, they wait on that one instead of holding a thread each."""
+    calls: list[str] = []
+
+    def resolver(host: str, port: int, *args: object, **kwargs: object) -> list[object]:
+        calls.append(host)
+        time.sleep(1.0)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+
+    async def requests() -> list[object]:
+        asks = [pin_host("slow.example", 443, allow_private=False, timeout_s=t) for t in [0.2] * 99 + [3.0]]
+        return await asyncio.gather(*asks, return_exceptions=True)
+
+    out = asyncio.run(requests())
+    assert calls == ["slow.example"]
+    assert [isinstance(r, HostRefused) for r in out] == [True] * 99 + [False]
+    assert getattr(out[-1], "address", None) == "93.184.216.34"  # the lookup went on for the patient one

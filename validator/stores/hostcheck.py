@@ -18,8 +18,10 @@ import ipaddress
 import os
 import re
 import socket
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 _NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
@@ -27,17 +29,39 @@ _NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 # peer's nameserver that never answers) holds its thread until the system resolver gives up, however
 # soon the fetch stops waiting for it. On the default pool (min(32, CPUs + 4) threads, shared with
 # the spool's file writes) hanging names starved honest peers' lookups into `unresolvable`, and
-# `asyncio.run` waited for the stuck threads past the window's fetch deadline. This pool has a thread
-# for every request of a full subnet (256 peers, HEAD and GET), starts threads only when needed, and
-# no event loop waits for it. One per process: a forked child would inherit a pool without threads.
+# `asyncio.run` waited for the stuck threads past the window's fetch deadline. Here a name has one
+# lookup in flight at a time, which every request for it (HEAD, GET, retries, the upload poller's)
+# shares: a peer's commitment names one host, so a hanging name holds one thread, and the pool's 512
+# cover twice a full subnet. Threads start only when needed and no event loop waits for them (the
+# interpreter still does at exit, up to the resolver's own timeout). One pool per process: a forked
+# child would inherit one without threads.
 _RESOLVERS: dict[int, ThreadPoolExecutor] = {}
+_IN_FLIGHT: dict[tuple[int, str, int], Future[list[Any]]] = {}
+_LOCK = threading.Lock()
 
 
-def _resolver() -> ThreadPoolExecutor:
-    pid = os.getpid()
-    if pid not in _RESOLVERS:
-        _RESOLVERS[pid] = ThreadPoolExecutor(max_workers=512, thread_name_prefix="gauntlet-dns")
-    return _RESOLVERS[pid]
+def _lookup(host: str, port: int) -> Future[list[Any]]:
+    """The lookup of (host, port) in flight, started when there is none."""
+    key = (os.getpid(), host, port)
+    with _LOCK:
+        pending = _IN_FLIGHT.get(key)
+        if pending is None:
+            if key[0] not in _RESOLVERS:
+                _RESOLVERS[key[0]] = ThreadPoolExecutor(max_workers=512, thread_name_prefix="gauntlet-dns")
+            pending = _RESOLVERS[key[0]].submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+            _IN_FLIGHT[key] = pending
+            started = True
+        else:
+            started = False
+    if started:  # outside the lock: a callback on a finished future runs at once, in this thread
+        pending.add_done_callback(functools.partial(_done, key))
+    return pending
+
+
+def _done(key: tuple[int, str, int], lookup: Future[list[Any]]) -> None:
+    with _LOCK:
+        if _IN_FLIGHT.get(key) is lookup:
+            del _IN_FLIGHT[key]
 
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -107,11 +131,13 @@ async def pin_host(host: str, port: int, *, allow_private: bool, timeout_s: floa
 
 
 async def _resolve(host: str, port: int, timeout_s: float) -> list[IPAddress]:
-    loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(timeout_s):
-            lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
-            infos = await loop.run_in_executor(_resolver(), lookup)
+            # shielded: a request that stops waiting must not cancel the lookup others share (its
+            # outcome is then read by the callback, so an abandoned failure is not logged as unread)
+            shared = asyncio.wrap_future(_lookup(host, port))
+            shared.add_done_callback(lambda f: f.cancelled() or f.exception())
+            infos = await asyncio.shield(shared)
     except (OSError, TimeoutError, UnicodeError) as error:
         raise HostRefused(
             "unresolvable", f"the storage host does not resolve ({type(error).__name__})"
