@@ -9,7 +9,7 @@ import dataclasses
 import json
 import math
 import struct
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +42,10 @@ def raising_decoder(bad: Collection[str]) -> Decoder:
     return decode
 
 
-def raising_evaluator(bad: Collection[int] | None) -> Evaluator:
-    """`evaluate_peers`, raising whenever a job of a `bad` uid is in the batch (None: always)."""
+def _evaluator(
+    check: Callable[[Sequence[PeerJob]], None], alter: Callable[[PeerEval], PeerEval]
+) -> Evaluator:
+    """`evaluate_peers` after `check(jobs)` (which may raise), each result passed through `alter`."""
 
     def evaluate(
         model: LlamaModel,
@@ -54,32 +56,33 @@ def raising_evaluator(bad: Collection[int] | None) -> Evaluator:
         cfg: LossScoreConfig,
         before: PagedLoss | None = None,
     ) -> list[PeerEval]:
-        if bad is None or any(j.uid in bad for j in jobs):
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, before=before)
+        check(jobs)
+        return [
+            alter(e)
+            for e in evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, before=before)
+        ]
 
     return evaluate
+
+
+def raising_evaluator(bad: Collection[int] | None) -> Evaluator:
+    """`evaluate_peers`, raising whenever a job of a `bad` uid is in the batch (None: always)."""
+
+    def check(jobs: Sequence[PeerJob]) -> None:
+        if bad is None or any(j.uid in bad for j in jobs):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    return _evaluator(check, lambda e: e)
 
 
 def non_finite_evaluator(bad: Collection[int], value: float = math.nan) -> Evaluator:
     """`evaluate_peers`, with the held-out loss after the update of each `bad` uid set to `value`
     (what an update that overflows the model's activations would read)."""
 
-    def evaluate(
-        model: LlamaModel,
-        jobs: Sequence[PeerJob],
-        heldout: Batches,
-        *,
-        reference: Mapping[str, float],
-        cfg: LossScoreConfig,
-        before: PagedLoss | None = None,
-    ) -> list[PeerEval]:
-        out = evaluate_peers(model, jobs, heldout, reference=reference, cfg=cfg, before=before)
-        return [
-            dataclasses.replace(e, loss_rand_after=value, score=value) if e.uid in bad else e for e in out
-        ]
+    def alter(e: PeerEval) -> PeerEval:
+        return dataclasses.replace(e, loss_rand_after=value, score=value) if e.uid in bad else e
 
-    return evaluate
+    return _evaluator(lambda jobs: None, alter)
 
 
 def register(runner: DemoRunner, names: Sequence[str]) -> list[HostilePeer]:
