@@ -53,6 +53,15 @@ class ApiMetrics:
         )
 
 
+# A client picks the request method (h11 takes any token up to 16 KiB): as a label it would add a
+# series per made-up method, kept forever and printed by every /metrics scrape.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"})
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
+
+
 class MetricsMiddleware:
     """Counts and times every HTTP request by its route template (not its path: bounded labels)."""
 
@@ -74,7 +83,7 @@ class MetricsMiddleware:
                 route = scope.get("route")
                 template = getattr(route, "path", "unmatched")
                 self.metrics.latency.labels(template).observe(time.perf_counter() - start)
-                self.metrics.requests.labels(template, scope["method"], str(status)).inc()
+                self.metrics.requests.labels(template, method_label(scope["method"]), str(status)).inc()
             await send(message)
 
         await self.app(scope, receive, send_timed)

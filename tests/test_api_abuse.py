@@ -205,3 +205,15 @@ def test_log_throttle_passes_each_message_once_per_period() -> None:
 
     passed = [throttle.filter(record(m)) for m in ["flood", "flood", "other", "flood"]]
     assert passed == [True, False, True, False] and throttle.suppressed == 2
+
+
+def test_made_up_request_methods_add_no_metric_series(pg_db: SeededDb) -> None:
+    """The method is the client's choice: each made-up one would be a series kept forever."""
+    with (
+        run_server(config_for(pg_db.url)) as server,
+        httpx.Client(base_url=server.base_url, timeout=5) as client,
+    ):
+        for i in range(20):
+            assert client.request(f"M{i:05d}XYZ", "/nope").status_code in (404, 405)
+        metrics = client.get("/metrics").text
+    assert "M00000XYZ" not in metrics and 'method="other"' in metrics

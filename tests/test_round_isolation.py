@@ -36,7 +36,7 @@ from validator.demo.sim.plugins import parse_peers
 from validator.round.loop import Judging, Round, WindowState, run_window
 from validator.service import Retry, serve
 from validator.state.global_model import GlobalModel
-from validator.telemetry.logs import configure_logging
+from validator.telemetry.logs import configure_logging, reset_logging
 from validator.wiring import load_model, round_config
 
 CANARY = "canary-7f3e9d1c-validator-secret"
@@ -55,7 +55,7 @@ def json_logs() -> Iterator[Logs]:
     try:
         yield lines
     finally:
-        structlog.reset_defaults()
+        reset_logging()
 
 
 def _runner(tmp_path: Path, peers: str, monkeypatch: pytest.MonkeyPatch) -> DemoRunner:

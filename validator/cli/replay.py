@@ -30,7 +30,8 @@ def _table(rows: list[ReplayRow], tolerance: float) -> list[str]:
         for f in FIELDS:
             a, b = _fmt(row.stored.get(f)), _fmt(row.recomputed.get(f))
             cells.append(f"{(a + ' ≠ ' + b) if f in diff else a:>22}")
-        lines.append(f"{row.uid:>4} {row.hotkey[:12]:<12} " + " ".join(cells))
+        # ascii(): a hotkey from a local chain or an older database may hold terminal escapes
+        lines.append(f"{row.uid:>4} {ascii(row.hotkey[:12])[1:-1]:<12} " + " ".join(cells))
     return lines
 
 

@@ -1,7 +1,14 @@
 """Structured logs: JSON lines on stderr for the service, warnings only in the demo's terminal.
 
 An exception is logged with its type, message and frames (`exception` in JSON), never with the
-frames' local variables: those hold configuration, peer bytes and secrets."""
+frames' local variables: those hold configuration, peer bytes and secrets.
+
+Records of the standard library's `logging` (the API's own warnings, uvicorn, httpx) go through the
+same renderer, so they are JSON lines too: raw, they would carry what a peer's server sent (httpx
+logs each response's reason phrase, and h11 lets an ESC through) straight to an operator's
+terminal as escape sequences. Only their warnings and errors are shown, as before: below that they
+are libraries' chatter (alembic's steps, httpx's line per peer request, whose outcome the fetch
+records itself)."""
 
 from __future__ import annotations
 
@@ -27,20 +34,19 @@ class _CurrentStderr:
 def configure_logging(*, quiet: bool = False, json_lines: bool = True, stream: TextIO | None = None) -> None:
     """Structured logs to `stream` (stderr by default)."""
     level = logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
-    processors: list[structlog.typing.Processor] = [
+    shared: list[structlog.typing.Processor] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    rendering: list[structlog.typing.Processor]
     if json_lines:
         exceptions = ExceptionDictTransformer(show_locals=False, use_rich=False)
-        processors += [
-            structlog.processors.ExceptionRenderer(exceptions),
-            structlog.processors.JSONRenderer(),
-        ]
+        rendering = [structlog.processors.ExceptionRenderer(exceptions), structlog.processors.JSONRenderer()]
     else:
         plain = structlog.dev.plain_traceback  # rich's default would print every frame's locals
-        processors.append(structlog.dev.ConsoleRenderer(colors=False, exception_formatter=plain))
+        rendering = [structlog.dev.ConsoleRenderer(colors=False, exception_formatter=plain)]
+    _route_stdlib(level, shared, rendering, stream)
+    processors = shared + rendering
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(level),
@@ -48,3 +54,36 @@ def configure_logging(*, quiet: bool = False, json_lines: bool = True, stream: T
         # not cached: a later configure (tests, a CLI sub-command) reaches every module's logger
         cache_logger_on_first_use=False,
     )
+
+
+class _Ours(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler configure_logging installs on the root logger (replaced, never stacked)."""
+
+
+def _route_stdlib(
+    level: int,
+    shared: list[structlog.typing.Processor],
+    rendering: list[structlog.typing.Processor],
+    stream: TextIO | None,
+) -> None:
+    """The standard library's records through structlog's renderer (module docstring)."""
+    handler = _Ours(stream or _CurrentStderr())
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Ours)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(level, logging.WARNING))
+
+
+def reset_logging() -> None:
+    """structlog's defaults again, and the root logger without configure_logging's handler."""
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Ours)]:
+        root.removeHandler(old)
