@@ -16,6 +16,7 @@ from scoring.wire import CodecConfig
 from tests.e2e_fixtures import clear_gauntlet_env
 from tests.storage_fixtures import make_window
 from validator.chain.local import LocalChain, LocalChainConfig
+from validator.chain.protocol import Neuron
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
 from validator.round.checking import CheckConfig, reject_norm_outliers
@@ -91,6 +92,21 @@ def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:
         "5Fgood": None, "5Fnone": Reason.NO_LOCATION, "5Fgarbage": Reason.BAD_LOCATION,
         "5Fprivate": Reason.BAD_LOCATION, "bad/hotkey": Reason.BAD_LOCATION,
     }  # fmt: skip
+
+
+def test_duplicate_neurons_in_a_metagraph_answer_are_left_out() -> None:
+    """Two rows for one hotkey (or one uid) would fail the window's commit in every retry."""
+
+    class Doubled:
+        def neurons(self) -> list[Neuron]:
+            return [Neuron(1, "5Fa", 0.0, False), Neuron(2, "5Fb", 0.0, False), Neuron(3, "5Fa", 0.0, False),
+                    Neuron(2, "5Fc", 0.0, False), Neuron(4, "5Fd", 0.0, False)]  # fmt: skip
+
+        def commitments(self) -> dict[str, str]:
+            return {}
+
+    targets = read_targets(Doubled(), LocationPolicy())  # type: ignore[arg-type]  # only what it reads
+    assert [(t.uid, t.hotkey) for t in targets] == [(1, "5Fa"), (2, "5Fb"), (4, "5Fd")]
 
 
 def test_a_window_with_unusable_chain_hotkeys_commits(tmp_path: Path) -> None:

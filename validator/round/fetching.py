@@ -21,17 +21,28 @@ log = structlog.get_logger(__name__)
 
 
 def read_targets(chain: Chain, policy: LocationPolicy, *, exclude: str | None = None) -> list[PeerTarget]:
-    """Every registered neuron (but the validator itself) with its parsed storage location. A hotkey
-    no row could name (storage/fields.py `storable_hotkey`; never an SS58 address) is left out and
-    logged: recorded, it would fail the commit of every window, in every retry."""
+    """Every registered neuron (but the validator itself) with its parsed storage location. Left out
+    and logged, since recorded they would fail the commit of every window, in every retry: a hotkey
+    no row could name (storage/fields.py `storable_hotkey`; never an SS58 address), and a second
+    neuron with a uid or hotkey already listed (an inconsistent metagraph answer; the first stays)."""
     commitments = chain.commitments()
-    targets = []
+    targets: list[PeerTarget] = []
+    uids: set[int] = set()
+    hotkeys: set[str] = set()
     for n in chain.neurons():
         if n.hotkey == exclude:
             continue
-        if not storable_hotkey(n.hotkey):
-            log.warning("hotkey_left_out", uid=n.uid, hotkey=ascii(n.hotkey[:70]), why="not storable")
+        why = (
+            "not storable" if not storable_hotkey(n.hotkey)
+            else "duplicate uid" if n.uid in uids
+            else "duplicate hotkey" if n.hotkey in hotkeys
+            else None
+        )  # fmt: skip
+        if why is not None:
+            log.warning("hotkey_left_out", uid=n.uid, hotkey=ascii(n.hotkey[:70]), why=why)
             continue
+        uids.add(n.uid)
+        hotkeys.add(n.hotkey)
         targets.append(_target(n.uid, n.hotkey, commitments.get(n.hotkey), policy))
     return targets
 
