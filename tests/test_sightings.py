@@ -70,6 +70,9 @@ def test_polls_decide_timing_whatever_last_modified_says(store: FakeS3) -> None:
     fetcher.watch(window, fetch_requests(targets, window, base), base)
     time.sleep(max(0.0, base + 3.2 - time.time()))  # polls end at base + 2.7, before the forger
     got = {p.hotkey: p for p in fetch_window(fetcher, targets, PutWindow(window, base), deadline_s=5.0)}
+    # the round failed after its fetch and fetches again: the same sightings decide, not Last-Modified
+    again = fetch_window(fetcher, targets, PutWindow(window, base), deadline_s=5.0)
+    assert {p.hotkey: p.status for p in again} == {h: p.status for h, p in got.items()}
     assert fetcher.observed(window + 1) is not None  # this fetch started watching the next window
     assert {h: p.status for h, p in got.items()} == {
         "victim": "ok", "thief": "ok", "latecomer": "late", "forger": "late",

@@ -22,7 +22,7 @@ from validator.demo.sim.plugins import parse_peers
 from validator.round.checking import CheckConfig, reject_norm_outliers
 from validator.round.fetching import read_targets
 from validator.round.outcomes import PeerTarget, PeerWindow
-from validator.service import Retry, serve
+from validator.service import Retry, _reconnect, serve
 from validator.settings import Settings
 from validator.state.ledger import CommittedElsewhere
 from validator.stores.commitments import LocationPolicy
@@ -75,6 +75,18 @@ def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Pa
     )  # fmt: skip
     assert done == 1 and crashed == [1]
     assert runner.round.ledger.window_state(1) == "committed"
+
+
+def test_a_reconnected_round_keeps_the_fetcher_and_its_polls(tmp_path: Path) -> None:
+    """Rebuilt from storage after a failure, the round goes on with the old fetcher: its polls hold
+    the validator's own sightings of the uploads, which a new fetcher would not have."""
+    clear_gauntlet_env()
+    cfg = DemoConfig(parse_peers("honest:1"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
+    runner = DemoRunner(cfg)
+    old = runner.round
+    new, _ = _reconnect(old, runner.state, lambda rnd, state: runner.connect(), threading.Event(), 0.0)
+    assert new.fetcher is old.fetcher and new.ledger is not old.ledger
+    new.ledger.engine.dispose()
 
 
 def test_hostile_commitments_end_with_location_reasons(tmp_path: Path) -> None:

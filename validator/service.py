@@ -15,7 +15,7 @@ import math
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -117,6 +117,9 @@ def _reconnect(
             log.exception("reconnect_failed")
             stop.wait(pause_s)
             continue
+        # the old fetcher goes on: its polls hold the validator's own sightings of the next uploads
+        # (and of the window being retried), which a new one would not have
+        new = replace(new, fetcher=rnd.fetcher)
         if new.ledger is not rnd.ledger:
             rnd.ledger.engine.dispose()
         if new.judging.remote is not rnd.judging.remote:

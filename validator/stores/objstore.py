@@ -112,6 +112,10 @@ class Fetcher:
         self.config = config
         self._stores: dict[StorageLocation, ObjectStore] = {}
         self._pollers: dict[int, Poller] = {}
+        # what the polls saw, kept until a later window is observed: a retried window (the round
+        # failed after its fetch) must judge timing by the same sightings, not by the peer-controlled
+        # Last-Modified that is all there is without them
+        self._seen: dict[int, Sightings | None] = {}
 
     def retain(self, locations: set[StorageLocation]) -> None:
         """Drop clients of locations no peer uses any more (commitments are peer-controlled)."""
@@ -151,11 +155,15 @@ class Fetcher:
         self._pollers[window] = Poller(head, remote, self.limits(), schedule).start()
 
     def observed(self, window: int) -> Sightings | None:
-        """Stop watching `window` (and anything older) and return what the polls saw."""
+        """Stop watching `window` (and anything older) and return what the polls saw; the same
+        again when the window is fetched again."""
         for old in [w for w in self._pollers if w < window]:
             self._pollers.pop(old).stop()
-        poller = self._pollers.pop(window, None)
-        return poller.stop() if poller is not None else None
+        for old in [w for w in self._seen if w < window]:
+            del self._seen[old]
+        if (poller := self._pollers.pop(window, None)) is not None:
+            self._seen[window] = poller.stop()
+        return self._seen.get(window)
 
     async def fetch_all(
         self,
