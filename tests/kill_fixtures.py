@@ -31,9 +31,9 @@ class ValidatorProcess:
         return self.log.read_text(errors="replace")
 
     def wait_connected(self, timeout_s: float) -> None:
-        """Until the child has opened the database (Alembic announces itself as it migrates)."""
+        """Until the child has opened the database and restored its model (its startup line)."""
         end = time.monotonic() + timeout_s
-        while "Context impl" not in self.output():
+        while '"event": "startup"' not in self.output():
             if self.proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError(f"gauntlet run did not connect:\n{self.output()[-3000:]}")
             time.sleep(0.02)

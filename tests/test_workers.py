@@ -151,6 +151,7 @@ class _ClosedPool(LocalPool):
 
 def test_a_replaced_or_stopped_round_closes_its_workers() -> None:
     closed: list[str] = []
+    fetcher = object()  # kept across a reconnect (validator/service.py): the same in both
 
     def round_of(name: str) -> Round:
         remote = RemoteEvaluation(cast(WorkerPool, _ClosedPool(name, closed)), cast(Ledger, None))
@@ -160,6 +161,7 @@ def test_a_replaced_or_stopped_round_closes_its_workers() -> None:
             ledger=SimpleNamespace(engine=engine),
             judging=Judging(remote=remote),
             weigher=SimpleNamespace(lock=lock),
+            fetcher=fetcher,
         )
         return cast(Round, fake)
 

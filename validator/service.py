@@ -119,7 +119,8 @@ def _reconnect(
             continue
         # the old fetcher goes on: its polls hold the validator's own sightings of the next uploads
         # (and of the window being retried), which a new one would not have
-        new = replace(new, fetcher=rnd.fetcher)
+        if new.fetcher is not rnd.fetcher:
+            new = replace(new, fetcher=rnd.fetcher)
         if new.ledger is not rnd.ledger:
             rnd.ledger.engine.dispose()
         if new.judging.remote is not rnd.judging.remote:
