@@ -20,10 +20,15 @@ def storable(text: str | None, limit: int) -> str | None:
     return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")[:limit]
 
 
+def printable(text: str, limit: int) -> bool:
+    """Printable ASCII of 1 to `limit` characters: what a key column or a header sent back holds."""
+    return 0 < len(text) <= limit and text.isascii() and text.isprintable()
+
+
 def storable_hotkey(hotkey: str) -> bool:
     """Can a row name `hotkey`? A chain's SS58 addresses always can; a hotkey over HOTKEY_CHARS, or
     not printable ASCII, would fail the commit of any window that recorded it (it is a key)."""
-    return 0 < len(hotkey) <= HOTKEY_CHARS and hotkey.isascii() and hotkey.isprintable()
+    return printable(hotkey, HOTKEY_CHARS)
 
 
 def bigint(value: int | None) -> int | None:

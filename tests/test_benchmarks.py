@@ -8,28 +8,18 @@ services when it uses them itself), so they spread over both workers."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.bench_fixtures import ROOT, figures_of
+
 BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py") if p.stem != "bench_faults")
 
 
 @pytest.mark.parametrize("script", BENCHMARKS)
 def test_benchmark_quick_run_prints_a_json_line(script: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | {"HOME": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{script}", "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
-    assert isinstance(figures, dict) and figures
+    figures = figures_of(script, ["--quick"], tmp_path)
     if script == "bench_outer_step":  # it measured the validator's own step, not one of its making
         assert figures["step_matches"] is True and figures["behaviours"]["honest"]["windows"] > 0, figures
     if script == "bench_scale":  # verdicts too: workers and the stored replay change no result
@@ -40,13 +30,7 @@ def test_benchmark_quick_run_prints_a_json_line(script: str, tmp_path: Path) -> 
 def test_gpu_check_runs_on_a_cpu(tmp_path: Path) -> None:
     """gpu_check.sh runs only where a GPU is lent; its --smoke pass keeps the script in step with the
     code it measures (a tiny model on the CPU, the worker part left to the Ray tests)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAUNTLET_")} | {"HOME": str(tmp_path)}
     args = ["--smoke", "--skip-workers", "--peers", "1", "--batch", "1", "--seq", "16"]
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_check", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    figures = figures_of("gpu_check", args, tmp_path)
     assert figures["params"] > 0 and figures["decode"]["wire_bytes"] > 0, figures
     assert figures["loss_score"]["ratio_to_four_forwards"] > 0, figures

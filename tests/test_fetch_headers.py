@@ -105,3 +105,8 @@ def test_an_unusable_version_id_is_dropped_not_held_against_the_peer() -> None:
         httpx.Response(200, headers={"content-length": "5", "x-amz-version-id": "3HL4kqtJlcpXroDTDmJ"})
     )
     assert head.version == "3HL4kqtJlcpXroDTDmJ"
+
+
+def test_an_empty_etag_is_no_etag_not_a_failure() -> None:
+    head = _parse_head(httpx.Response(200, headers={"content-length": "5", "etag": ""}))
+    assert (head.size, head.etag) == (5, "")  # get() sends no If-Match for it

@@ -26,6 +26,7 @@ import obstore as obs
 from obstore.store import S3Store
 
 from scoring.types import Reason
+from storage.fields import TAG_CHARS, printable
 from validator.stores.commitments import StorageLocation
 from validator.stores.hostcheck import HostRefused, pin_host
 
@@ -234,11 +235,6 @@ def _check_status(response: httpx.Response) -> None:
     raise StoreError(Reason.FETCH_FAILED, f"status {code}", transient=code in (412, 429) or code >= 500)
 
 
-# An ETag is sent back (If-Match) and recorded (String(256)): printable ASCII that fits. A version id
-# is only informative: one that is not usable is dropped, not held against the peer.
-TAG_CHARS = 256
-
-
 def _parse_head(response: httpx.Response) -> ObjectHead:
     try:
         size = int(response.headers["content-length"])
@@ -249,11 +245,9 @@ def _parse_head(response: httpx.Response) -> ObjectHead:
         raise StoreError(Reason.FETCH_FAILED, f"unusable HEAD headers: {error}") from None
     if not 0 <= size < 1 << 63:  # no store holds more; the record's BigInteger could not hold it either
         raise StoreError(Reason.FETCH_FAILED, "content-length out of range")
+    # An ETag is sent back (If-Match) and recorded: printable ASCII that fits its column. A version id
+    # is only informative: one that is not usable is dropped, not held against the peer.
     etag, version = response.headers.get("etag"), response.headers.get("x-amz-version-id")
-    if etag is not None and not _usable_tag(etag):  # sent back as If-Match and recorded
+    if etag and not printable(etag, TAG_CHARS):  # an empty one is no ETag (no If-Match is sent)
         raise StoreError(Reason.FETCH_FAILED, f"unusable etag: not printable ASCII of {TAG_CHARS} at most")
-    return ObjectHead(size, etag, version if version is None or _usable_tag(version) else None, stamp)
-
-
-def _usable_tag(tag: str) -> bool:
-    return len(tag) <= TAG_CHARS and tag.isascii() and tag.isprintable()
+    return ObjectHead(size, etag, version if version and printable(version, TAG_CHARS) else None, stamp)

@@ -3,12 +3,12 @@
 An exception is logged with its type, message and frames (`exception` in JSON), never with the
 frames' local variables: those hold configuration, peer bytes and secrets.
 
-Records of the standard library's `logging` (the API's own warnings, uvicorn, httpx) go through the
-same renderer, so they are JSON lines too: raw, they would carry what a peer's server sent (httpx
-logs each response's reason phrase, and h11 lets an ESC through) straight to an operator's
-terminal as escape sequences. Only their warnings and errors are shown, as before: below that they
-are libraries' chatter (alembic's steps, httpx's line per peer request, whose outcome the fetch
-records itself)."""
+Records of the standard library's `logging` that reach the root logger (the API's own warnings,
+httpx, Alembic; not uvicorn's, which it prints itself) go through the same renderer, so they are
+JSON lines too: raw, they would carry what a peer's server sent (httpx logs each response's reason
+phrase, and h11 lets an ESC through) straight to an operator's terminal as escape sequences. Only
+their warnings and errors are shown: below that they are libraries' chatter (Alembic's steps,
+httpx's line per peer request, whose outcome the fetch records itself)."""
 
 from __future__ import annotations
 
@@ -74,9 +74,7 @@ def _route_stdlib(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
         )
     )
-    root = logging.getLogger()
-    for old in [h for h in root.handlers if isinstance(h, _Ours)]:
-        root.removeHandler(old)
+    root = _without_ours()
     root.addHandler(handler)
     root.setLevel(max(level, logging.WARNING))
 
@@ -84,6 +82,11 @@ def _route_stdlib(
 def reset_logging() -> None:
     """structlog's defaults again, and the root logger without configure_logging's handler."""
     structlog.reset_defaults()
+    _without_ours()
+
+
+def _without_ours() -> logging.Logger:
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _Ours)]:
         root.removeHandler(old)
+    return root
