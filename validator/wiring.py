@@ -188,6 +188,7 @@ def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> Fetc
         poll_interval_s=s.upload_poll_s if s.chain == "subtensor" else 0.0,
         window_s=s.blocks_per_window * BLOCK_SECONDS,
         spool_dir=Path(s.workdir) / "spool",  # submissions stream to disk, never whole in memory
+        sightings_dir=Path(s.workdir) / "sightings",  # the polls' evidence outlives a restart
     )
 
 

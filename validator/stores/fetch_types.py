@@ -39,6 +39,8 @@ class FetchConfig:
     window_s: float = 0.0  # seconds from one window's put window to the next's (polls need it)
     # bodies are written here, one file per object key, instead of being held in memory (issue 14)
     spool_dir: Path | None = None
+    # the polls' sightings are saved here, one file per window, so that a restart keeps them
+    sightings_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.chunk_bytes < 1 or self.concurrency < 1:

@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from validator.stores.fetch_types import (
 from validator.stores.peer_fetch import Headed, failed, get_step, head_step, probe
 from validator.stores.peer_http import HttpLimits, PeerHttp
 from validator.stores.sightings import Poller, PollSchedule, Sightings
+from validator.stores.sightings_file import SightingsFolder
 
 if TYPE_CHECKING:
     from obstore.store import ObjectStore
@@ -116,6 +118,8 @@ class Fetcher:
         # failed after its fetch) must judge timing by the same sightings, not by the peer-controlled
         # Last-Modified that is all there is without them
         self._seen: dict[int, Sightings | None] = {}
+        # ... and on disk, for a window fetched after a restart of the process
+        self._saved = None if config.sightings_dir is None else SightingsFolder(config.sightings_dir)
 
     def retain(self, locations: set[StorageLocation]) -> None:
         """Drop clients of locations no peer uses any more (commitments are peer-controlled)."""
@@ -143,8 +147,8 @@ class Fetcher:
         def head(http: PeerHttp, request: FetchRequest) -> Awaitable[str | None]:
             return probe(http, stores[request.location], request)
 
-        if (old := self._pollers.pop(window, None)) is not None:
-            old.stop()
+        # watched again (its window's round was retried): the new polls continue the old ones'
+        resume = old.stop() if (old := self._pollers.pop(window, None)) is not None else None
         lead, end = self.config.poll_lead_s, put_end(put_start, self.config)
         schedule = PollSchedule(
             start_at=put_start - lead,
@@ -152,7 +156,12 @@ class Fetcher:
             interval_s=self.config.poll_interval_s,
             head_timeout_s=self.config.head_timeout_s,
         )
-        self._pollers[window] = Poller(head, remote, self.limits(), schedule).start()
+        save = None
+        if self._saved is not None:  # a restarted process continues the polls an earlier one began
+            save = partial(self._saved.save, window)
+            resume = resume if resume is not None else self._saved.load(window)
+        poller = Poller(head, remote, self.limits(), schedule, resume=resume, save=save)
+        self._pollers[window] = poller.start()
 
     def observed(self, window: int) -> Sightings | None:
         """Stop watching `window` (and anything older) and return what the polls saw; the same
@@ -163,6 +172,10 @@ class Fetcher:
             del self._seen[old]
         if (poller := self._pollers.pop(window, None)) is not None:
             self._seen[window] = poller.stop()
+        elif window not in self._seen and self._saved is not None:  # polled before a restart
+            self._seen[window] = self._saved.load(window)
+        if self._saved is not None:
+            self._saved.prune(before=window)
         return self._seen.get(window)
 
     async def fetch_all(

@@ -50,6 +50,18 @@ class Sightings:
                 self._first[(hotkey, etag)] = Sighting(answered, answered - before)
             self._answered[hotkey] = max(before, sent)
 
+    def snapshot(self) -> tuple[dict[tuple[str, str], Sighting], dict[str, float]]:
+        """Copies of the first sightings and the last answered polls (for saving them)."""
+        with self._lock:
+            return dict(self._first), dict(self._answered)
+
+    @classmethod
+    def restore(cls, first: dict[tuple[str, str], Sighting], answered: dict[str, float]) -> Sightings:
+        """Sightings as saved by `snapshot`: polls recorded afterwards continue from them."""
+        out = cls()
+        out._first, out._answered = dict(first), dict(answered)
+        return out
+
     def lookup(self, hotkey: str, etag: str | None) -> Sighting | None:
         with self._lock:
             return None if etag is None else self._first.get((hotkey, etag))
@@ -86,8 +98,12 @@ class Poller:
         schedule: PollSchedule,
         *,
         clock: Callable[[], float] = time.time,
+        resume: Sightings | None = None,
+        save: Callable[[Sightings], None] | None = None,
     ) -> None:
-        self.sightings = Sightings()
+        # `resume`: what earlier polls of the same window saw, maybe another process's (sightings_file.py)
+        self.sightings = resume if resume is not None else Sightings()
+        self._save = save  # after every round of HEADs, so that a restart loses at most one round
         self._probe, self._requests, self._limits = probe, list(requests), limits
         self._schedule, self._clock = schedule, clock
         # a slow answer stretches the cycle (and so the resolution) instead of being thrown away
@@ -103,6 +119,7 @@ class Poller:
         """Stop polling (the poll in flight is abandoned) and return what was seen."""
         self._stop.set()
         self._thread.join(timeout=self._timeout + 5.0)
+        self._persist()  # the answers of the round cut short
         return self.sightings
 
     def _run(self) -> None:
@@ -118,6 +135,15 @@ class Poller:
                 next_at = self._clock() + self._schedule.interval_s
                 # one probe failing in a way nobody foresaw must not end the polling of every peer
                 await asyncio.gather(*(self._one(http, r) for r in self._requests), return_exceptions=True)
+                self._persist()
+
+    def _persist(self) -> None:
+        if self._save is None:
+            return
+        try:
+            self._save(self.sightings)
+        except OSError as e:  # a full disk costs the saved copy, not the polling
+            log.warning("sightings_not_saved", error=repr(e)[:200])
 
     async def _sleep_until(self, at: float) -> bool:
         """False once stopped; sleeps in short slices so that `stop` is prompt."""
