@@ -11,15 +11,18 @@ from types import SimpleNamespace
 from typing import cast
 
 import pytest
+import torch
 
+from scoring.loss_score import PeerEval
 from storage.records import WORKER_TIMINGS
-from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of
+from tests.worker_fixtures import WINDOWS, losses, recorded, replica_of, spec_of, undecodable
 from validator.demo.runner import DemoRunner
 from validator.round.loop import Judging, Round, WindowState
 from validator.service import _reconnect, serve
 from validator.state.ledger import Ledger
 from validator.telemetry.metrics import Metrics
-from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult, WorkerPool
+from validator.workers import replica as replica_module
+from validator.workers.pool import FingerprintMismatch, LocalPool, PoolResult, WorkerPool, WorkersLost
 from validator.workers.remote import RemoteEvaluation, plan_for, recorded_window
 from validator.workers.replica import Replica, placement
 from validator.workers.setup import _check_fits, start_pool, worker_spec
@@ -62,10 +65,33 @@ def test_a_replica_that_cannot_reach_the_base_is_refused(worker_run: DemoRunner)
 
 def test_a_job_that_raises_fails_its_peer_only(worker_run: DemoRunner) -> None:
     task, jobs = recorded_window(worker_run.round.ledger, 2)
-    missing = WorkerJob(2, 77, "ab" * 32)  # nothing archived under this key
-    out = LocalPool(replica_of(worker_run)).evaluate(task, [*jobs, missing])
-    assert set(out.failed) == {77} and "KeyError" in out.failed[77]
+    broken = WorkerJob(2, 77, undecodable(worker_run, "77"))
+    out = LocalPool(replica_of(worker_run)).evaluate(task, [*jobs, broken])
+    assert set(out.failed) == {77} and "no longer decodes" in out.failed[77]
     assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, 2)
+
+
+def test_an_archive_that_cannot_give_bytes_back_is_the_validators_fault(worker_run: DemoRunner) -> None:
+    """Bytes the validator judged and archived itself: missing or corrupt, no peer is charged."""
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    missing = WorkerJob(2, 77, "ab" * 32)  # nothing archived under this key
+    with pytest.raises(WorkersLost, match="KeyError"):
+        LocalPool(replica_of(worker_run)).evaluate(task, [*jobs, missing])
+
+
+def test_a_device_out_of_memory_is_reported_as_such(
+    worker_run: DemoRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In one process there is no fresh worker to try again: the peer's job fails, named as memory
+    (on Ray workers the pool runs it again on a fresh actor: tests/test_workers_ray.py)."""
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+
+    def out_of_memory(*args: object, **kwargs: object) -> list[PeerEval]:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(replica_module, "evaluate_peers", out_of_memory)
+    out = LocalPool(replica_of(worker_run)).evaluate(task, jobs[:1])
+    assert out.failed[jobs[0].uid].startswith("OutOfMemory: OutOfMemoryError")
 
 
 def test_a_job_for_another_window_is_refused_before_any_work(worker_run: DemoRunner) -> None:
@@ -78,7 +104,7 @@ def test_every_peer_failing_is_the_validators_fault(worker_run: DemoRunner) -> N
     ledger = worker_run.round.ledger
     task, _ = recorded_window(ledger, 2)
     evaluate = RemoteEvaluation(LocalPool(replica_of(worker_run)), ledger)
-    bad = [(5, "ab" * 32), (6, "cd" * 32)]
+    bad = [(5, undecodable(worker_run, "5")), (6, undecodable(worker_run, "6"))]
     with pytest.raises(RuntimeError, match="failed for all 2 peers"):
         evaluate(
             window=2, base=task.plan.base, heldout_seed=task.heldout_seed, loss_before=task.loss_before,

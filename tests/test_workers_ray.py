@@ -23,11 +23,13 @@ from tests.worker_fixtures import (
     losses,
     recorded,
     spec_of,
+    undecodable,
 )
 from validator.demo.runner import DemoRunner
 from validator.telemetry.metrics import Metrics
-from validator.workers.replica import Replica
-from validator.workers.spec import WindowTask, WorkerJob
+from validator.workers.pool import WorkersLost
+from validator.workers.replica import OutOfMemory, Replica
+from validator.workers.spec import WindowTask, WorkerJob, WorkerSpec
 
 pytest.importorskip("ray")
 from validator.workers.ray_pool import PoolConfig, RayPool
@@ -55,6 +57,28 @@ class HangsOnce(Replica):
     def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
         if _once(self, "hung-once"):
             time.sleep(3600)
+        return super().evaluate(task, job)
+
+
+class ArchiveFailsOnce(Replica):
+    """The archive's first read fails (the bucket did not answer): the validator's fault."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        super().__init__(spec)
+        read = self.archive.get
+
+        def get(digest: str) -> bytes:
+            if _once(self, "archive-once"):
+                raise OSError("the bucket did not answer")
+            return read(digest)
+
+        self.archive.get = get  # type: ignore[method-assign]
+
+
+class OutOfMemoryOnce(Replica):
+    def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
+        if _once(self, "oom-once"):
+            raise OutOfMemory("OutOfMemoryError: CUDA out of memory")
         return super().evaluate(task, job)
 
 
@@ -91,8 +115,12 @@ def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_
         assert len(set(pool.pids())) == 2
         assert sorted(w.pid for w in out.workers.values()) == sorted(pool.pids())
         task, _ = recorded_window(worker_run.round.ledger, 3)
-        missing = pool.evaluate(task, [WorkerJob(3, 77, "ab" * 32)])  # nothing archived under this key
-        assert not missing.evals and "KeyError" in missing.failed[77]
+        broken = pool.evaluate(task, [WorkerJob(3, 77, undecodable(worker_run, "77"))])
+        assert not broken.evals and "no longer decodes" in broken.failed[77]
+        # nothing archived under this key: the validator's storage, run again until the pool gives up
+        with pytest.raises(WorkersLost, match="archive"):
+            pool.evaluate(task, [WorkerJob(3, 78, "ab" * 32)])
+        assert pool.faults == 3 * pool.size + 1
     finally:
         pool.close()
     done = {w: metrics.worker_peers.labels(worker=w)._value.get() for w in ("w0", "w1")}
@@ -100,15 +128,24 @@ def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_
     assert min(done.values()) > 0  # both workers took jobs
     assert _failures(metrics, "died") == _failures(metrics, "hung") == 0
     assert _failures(metrics, "job") == 1
+    assert _failures(metrics, "archive") == 3 * 2 + 1
 
 
 # The hang deadline leaves room for a loaded machine (2 cores shared with other jobs): a peer here takes
 # well under a second alone, but a fresh worker's first one can take many times that.
+# A worker's own fault (its archive read, its memory) is no peer's: the job runs again, the archive's on
+# the same actor (counted against the window's cap on the validator's faults), the rest on a fresh one.
 @pytest.mark.parametrize(
-    ("replica", "kind", "deadline"), [(KilledOnce, "died", 600), (HangsOnce, "hung", 30)]
+    ("replica", "kind", "deadline", "faults"),
+    [
+        (KilledOnce, "died", 600, 0),
+        (HangsOnce, "hung", 30, 0),
+        (ArchiveFailsOnce, "archive", 600, 1),
+        (OutOfMemoryOnce, "oom", 600, 0),
+    ],
 )
 def test_a_lost_worker_changes_nothing_committed(
-    ray_runtime: None, worker_run: DemoRunner, replica: type[Replica], kind: str, deadline: float
+    ray_runtime: None, worker_run: DemoRunner, replica: type[Replica], kind: str, deadline: float, faults: int
 ) -> None:
     metrics = Metrics()
     pool = _pool(worker_run, metrics, replica, deadline_s=deadline)
@@ -119,6 +156,7 @@ def test_a_lost_worker_changes_nothing_committed(
     assert not out.failed
     assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, 2)
     assert _failures(metrics, kind) == 1
+    assert pool.faults == faults
 
 
 def test_a_peer_that_keeps_killing_workers_fails_alone(ray_runtime: None, worker_run: DemoRunner) -> None:
@@ -134,7 +172,7 @@ def test_a_peer_that_keeps_killing_workers_fails_alone(ray_runtime: None, worker
     expected = {u: v for u, v in recorded(worker_run, 2).items() if u != 2}
     assert {uid: losses(ev) for uid, ev in out.evals.items()} == expected
     assert _failures(metrics, "died") == 2
-    assert pool.rebuilds == 0  # charged to the peer: hostile peers cannot spend the window's rebuild cap
+    assert pool.faults == 0  # charged to the peer: hostile peers cannot spend the validator's cap
 
 
 def test_the_demo_on_two_workers_commits_the_same_windows_through_a_kill(

@@ -112,3 +112,8 @@ def ray_runtime() -> Iterator[None]:
 
 def replica_of(runner: DemoRunner) -> Replica:
     return Replica(spec_of(runner))
+
+
+def undecodable(runner: DemoRunner, text: str) -> str:
+    """The digest of bytes archived that no longer decode: a job on them raises (the peer's)."""
+    return runner.round.ledger.archive.put(f"not a submission: {text}".encode())

@@ -54,7 +54,8 @@ class Metrics:
         )  # fmt: skip
         self.worker_failures = Counter(
             "gauntlet_worker_failures_total",
-            "Worker failures: died, hung, fingerprint (rebuilt), job (a peer's evaluation raised)",
+            "Worker failures: died, hung, oom (rebuilt), fingerprint (rebuilt), archive (its read failed), "
+            "job (a peer's evaluation raised)",
             ["worker", "kind"], registry=self.registry,
         )  # fmt: skip
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from scoring.loss_score import PeerEval
 from validator.telemetry.metrics import Metrics
-from validator.workers.replica import Replica
+from validator.workers.replica import ArchiveUnreadable, Replica
 from validator.workers.spec import WindowTask, WorkerJob
 from validator.workers.stats import WorkerStats
 
@@ -44,7 +44,8 @@ class PoolResult:
             metrics.worker_seconds.labels(worker=worker).observe(ev.timings.total_s)
 
     def lost(self, metrics: Metrics | None, worker: str, kind: str) -> None:
-        """A failure of `worker`: `job` (a peer's evaluation raised), died, hung or fingerprint."""
+        """A failure of `worker`: `job` (a peer's evaluation raised), died, hung, oom, fingerprint or
+        archive (a peer's archived bytes could not be read)."""
         self.worker(worker).failures += 1
         if metrics is not None:
             metrics.worker_failures.labels(worker=worker, kind=kind).inc()
@@ -79,6 +80,8 @@ class LocalPool:
         for job in jobs:
             try:
                 ev = self.replica.evaluate(task, job)
+            except ArchiveUnreadable as e:  # the validator's own storage: the round retries the window
+                raise WorkersLost(f"peer {job.uid}'s archived submission: {e}") from e
             except Exception as e:  # the peer's job alone fails, as in-process evaluation isolates it
                 out.failed[job.uid] = f"{type(e).__name__}: {e}"[:300]
                 out.lost(self.metrics, LOCAL, "job")

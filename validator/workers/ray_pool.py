@@ -1,9 +1,12 @@
 """One long-lived Ray actor per device, each holding a `Replica`; jobs go to whichever is free.
 
-Faults: an actor that dies has its job re-run on another (a job that keeps killing workers fails that
-peer, never the window); an actor silent past the deadline is killed and treated the same way; an actor
-whose replica does not reach the validator's base fingerprint is replaced by a fresh one. Results do
-not depend on which actor ran a job: every replica holds the same bits and evaluates as in-process.
+Faults: an actor that dies, or runs out of memory, has its job re-run on a fresh one (a job that keeps
+doing that fails that peer, never the window); an actor silent past the deadline is killed and treated
+the same way; an actor whose replica does not reach the validator's base fingerprint is replaced by a
+fresh one; a job whose archived bytes could not be read is run again (the validator's storage, never
+the peer's fault). The validator's own faults are capped per window: past the cap the pool gives up
+(`WorkersLost`) and the round retries the window. Results do not depend on which actor ran a job:
+every replica holds the same bits and evaluates as in-process.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 
 from validator.telemetry.metrics import Metrics
 from validator.workers.pool import PoolResult, WorkersLost
-from validator.workers.replica import Replica, StaleReplica, WorkerInfo
+from validator.workers.replica import ArchiveUnreadable, OutOfMemory, Replica, StaleReplica, WorkerInfo
 from validator.workers.spec import WindowTask, WorkerJob, WorkerSpec
 
 log = structlog.get_logger(__name__)
@@ -87,7 +90,7 @@ class RayPool:
         self.actors: list[Any] = [self._cls.remote(spec) for _ in range(cfg.workers)]
         self.synced = [False] * cfg.workers
         self.placed: list[WorkerInfo | None] = [None] * cfg.workers  # each actor's host, pid, device
-        self.rebuilds = 0
+        self.faults = 0  # the validator's own faults this window (rebuilds, unreadable archive)
 
     @property
     def size(self) -> int:
@@ -101,7 +104,7 @@ class RayPool:
         out, queue, inflight = run.out, run.queue, run.inflight
         task_ref = ray.put(task)  # once per window: every job refers to it
         self.synced = [False] * self.size
-        self.rebuilds = 0
+        self.faults = 0
         for slot in range(self.size):
             self._sync(slot, run)
         while queue or any(c.job is not None for c in inflight.values()):
@@ -136,6 +139,13 @@ class RayPool:
                 return self._lost(call, "died", run, peer=False)
             if call.job is None:
                 return self._lost(call, "died", run)
+            if isinstance(e.cause, ArchiveUnreadable):  # the actor is fine: the job again, after the rest
+                out.lost(self.metrics, name, "archive")
+                self._pool_fault("archive")
+                run.queue.append(call.job)
+                return None
+            if isinstance(e.cause, OutOfMemory):  # a fresh actor's memory; charged, so it ends
+                return self._lost(call, "oom", run)
             out.failed[call.job.uid] = f"{type(e.cause).__name__}: {e.cause}"[:300]
             out.lost(self.metrics, name, "job")
             return None
@@ -167,16 +177,14 @@ class RayPool:
 
         A worker lost during a peer's job is charged to that peer (`peer`; its attempts end at
         `max_attempts`); any other loss (a sync, a wrong fingerprint, a stale replica) is the pool's
-        and counts toward the window's rebuild cap. Peers' losses must not: a few hostile peers would
-        otherwise fail the whole window."""
+        and counts toward the window's cap on its own faults. Peers' losses must not: a few hostile
+        peers would otherwise fail the whole window."""
         name, out, queue, attempts = f"w{call.slot}", run.out, run.queue, run.attempts
         log.warning("worker_replaced", worker=name, kind=kind, uid=None if call.job is None else call.job.uid)
         out.lost(self.metrics, name, kind)
         charged = peer and call.job is not None
         if not charged:
-            self.rebuilds += 1
-            if self.rebuilds > 3 * self.size:  # every replica failing is the validator's fault
-                raise WorkersLost(f"{self.rebuilds} worker rebuilds in one window (last: {kind})")
+            self._pool_fault(kind)
         for ref, other in list(run.inflight.items()):  # whatever else it had queued will not come back
             if other.slot == call.slot:
                 del run.inflight[ref]
@@ -194,6 +202,11 @@ class RayPool:
         self.actors[call.slot] = self._cls.remote(self.spec)
         self.synced[call.slot], self.placed[call.slot] = False, None
         self._sync(call.slot, run)
+
+    def _pool_fault(self, kind: str) -> None:
+        self.faults += 1
+        if self.faults > 3 * self.size:  # every replica failing is the validator's fault
+            raise WorkersLost(f"{self.faults} faults of the validator's own in one window (last: {kind})")
 
     def close(self) -> None:
         for actor in self.actors:

@@ -42,6 +42,16 @@ class StaleReplica(RuntimeError):
     """A job arrived for a window or base the replica is not at (the pool syncs before each window)."""
 
 
+class ArchiveUnreadable(RuntimeError):
+    """The validator's own archive did not give back a peer's bytes (missing, corrupt, I/O): never
+    the peer's fault, whose bytes were judged and archived by the validator itself."""
+
+
+class OutOfMemory(RuntimeError):
+    """The replica's device or host ran out of memory during a peer's job. Updates have the model's
+    shapes, so this is most likely the worker's state; a fresh worker tries again."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
     host: str
@@ -116,17 +126,24 @@ class Replica:
         """LossScore of one peer, through the same `evaluate_peers` as the in-process evaluation."""
         if job.window != task.window or self.position != (task.window, task.plan.base):
             raise StaleReplica(f"replica at {self.position}, job for window {job.window}")
-        update = decode_archived(self.archive.get(job.content_digest), self.state.model, self.spec.codec)
-        load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
-        heldout, before = self._heldout_of(task.heldout_seed)
-        results = evaluate_peers(
-            self.state.model,
-            [PeerJob(job.uid, update, load)],
-            heldout,
-            reference=task.reference,
-            cfg=self.spec.eval.loss,
-            before=before,
-        )
+        try:
+            data = self.archive.get(job.content_digest)
+        except Exception as e:
+            raise ArchiveUnreadable(f"{type(e).__name__}: {e}"[:300]) from e
+        try:
+            update = decode_archived(data, self.state.model, self.spec.codec)
+            load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
+            heldout, before = self._heldout_of(task.heldout_seed)
+            results = evaluate_peers(
+                self.state.model,
+                [PeerJob(job.uid, update, load)],
+                heldout,
+                reference=task.reference,
+                cfg=self.spec.eval.loss,
+                before=before,
+            )
+        except (torch.OutOfMemoryError, MemoryError) as e:  # the model is restored (finally) before this
+            raise OutOfMemory(f"{type(e).__name__}: {e}"[:300]) from e
         return results[0]
 
     def _heldout_of(self, seed: str) -> tuple[Batches, PagedLoss]:
