@@ -37,7 +37,7 @@ from validator.stores.fetch_types import (
 )
 from validator.stores.peer_fetch import Headed, failed, get_step, head_step, probe
 from validator.stores.peer_http import HttpLimits, PeerHttp
-from validator.stores.sightings import Poller, PollSchedule, Sightings
+from validator.stores.sightings import Kept, Poller, PollSchedule, Sightings
 from validator.stores.sightings_file import SightingsFolder
 
 if TYPE_CHECKING:
@@ -156,11 +156,11 @@ class Fetcher:
             interval_s=self.config.poll_interval_s,
             head_timeout_s=self.config.head_timeout_s,
         )
-        save = None
+        kept = Kept(resume)
         if self._saved is not None:  # a restarted process continues the polls an earlier one began
-            save = partial(self._saved.save, window)
-            resume = resume if resume is not None else self._saved.load(window)
-        poller = Poller(head, remote, self.limits(), schedule, resume=resume, save=save)
+            earlier = resume if resume is not None else self._saved.load(window)
+            kept = Kept(earlier, partial(self._saved.save, window))
+        poller = Poller(head, remote, self.limits(), schedule, kept=kept)
         self._pollers[window] = poller.start()
 
     def observed(self, window: int) -> Sightings | None:

@@ -87,6 +87,16 @@ class PollSchedule:
             raise ValueError("interval_s must be > 0")
 
 
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A poller's sightings beyond its own life: what earlier polls of its window saw (maybe another
+    process's: sightings_file.py), and where it saves them after every round of HEADs, so that a
+    restart loses at most one round."""
+
+    earlier: Sightings | None
+    save: Callable[[Sightings], None] | None = None
+
+
 class Poller:
     """HEADs every request over its schedule on a daemon thread of its own."""
 
@@ -98,12 +108,11 @@ class Poller:
         schedule: PollSchedule,
         *,
         clock: Callable[[], float] = time.time,
-        resume: Sightings | None = None,
-        save: Callable[[Sightings], None] | None = None,
+        kept: Kept | None = None,
     ) -> None:
-        # `resume`: what earlier polls of the same window saw, maybe another process's (sightings_file.py)
-        self.sightings = resume if resume is not None else Sightings()
-        self._save = save  # after every round of HEADs, so that a restart loses at most one round
+        earlier = None if kept is None else kept.earlier
+        self.sightings = earlier if earlier is not None else Sightings()
+        self._save = None if kept is None else kept.save
         self._probe, self._requests, self._limits = probe, list(requests), limits
         self._schedule, self._clock = schedule, clock
         # a slow answer stretches the cycle (and so the resolution) instead of being thrown away
