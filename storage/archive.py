@@ -7,12 +7,16 @@ Keys are `archive/{digest[:2]}/{digest}` where digest is the SHA-256 of the raw 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import re
 import shutil
 import tempfile
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import obstore as obs
 from obstore.store import LocalStore
@@ -22,13 +26,20 @@ from sqlalchemy.orm import Session
 from storage import models as m
 
 
+class Listed(NamedTuple):
+    key: str
+    modified: float  # last modified, POSIX seconds (wall clock)
+
+
 class BlobStore(Protocol):
-    """Bytes by key. `get` raises KeyError for a key that is not there."""
+    """Bytes by key. `get` raises KeyError for a key that is not there; `listing` yields every key
+    under a folder-like prefix (`archive` lists `archive/...`), streamed, in no particular order."""
 
     def put(self, key: str, data: bytes | Path) -> None: ...  # a Path: that file's bytes, streamed
     def get(self, key: str) -> bytes: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None: ...
+    def listing(self, prefix: str) -> Iterator[Listed]: ...
 
 
 def _check_key(key: str) -> str:
@@ -76,6 +87,18 @@ class LocalBlobStore:
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
+    def listing(self, prefix: str) -> Iterator[Listed]:
+        for folder, _, names in os.walk(self._path(prefix.rstrip("/"))):
+            for name in names:
+                if name.startswith(".tmp-"):
+                    continue  # a put in progress (or one killed mid-write): not a blob
+                path = Path(folder) / name
+                try:
+                    modified = path.stat().st_mtime
+                except FileNotFoundError:
+                    continue  # deleted since the walk saw it
+                yield Listed(path.relative_to(self.root).as_posix(), modified)
+
 
 class ObjectBlobStore:
     """Any obstore store: a local folder or an S3-compatible bucket."""
@@ -109,6 +132,11 @@ class ObjectBlobStore:
         except FileNotFoundError:
             return
 
+    def listing(self, prefix: str) -> Iterator[Listed]:
+        for batch in obs.list(self.store, prefix=_check_key(prefix.rstrip("/"))):
+            for meta in batch:
+                yield Listed(meta["path"], meta["last_modified"].timestamp())
+
 
 class ArchiveCorruptError(ValueError):
     """The bytes under a key do not hash to the key's digest."""
@@ -123,15 +151,33 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+_ARCHIVE_KEY = re.compile(r"archive/([0-9a-f]{2})/(\1[0-9a-f]{62})")
+_BATCH = 500  # digests per `IN (...)`: well under every database's bound on parameters
+
+
+def _digests(keys: Iterable[str]) -> Iterator[str]:
+    """The digests of well-formed archive keys; anything else under `archive/` is not ours to delete."""
+    for key in keys:
+        if match := _ARCHIVE_KEY.fullmatch(key):
+            yield match.group(2)
+
+
 @dataclass(frozen=True, slots=True)
 class ArchiveConfig:
-    """How long archived submissions are kept: None keeps everything."""
+    """How long archived submissions are kept: None keeps everything (orphans included).
+
+    An orphan is a blob no submission row references: the bytes of a window attempt that never
+    committed. It is deleted once older than `orphan_grace_s`, which must outlast any attempt in
+    progress (its blobs are orphans until it commits, in this process or in a racing one)."""
 
     retention_windows: int | None = None
+    orphan_grace_s: float = 6 * 3600.0
 
     def __post_init__(self) -> None:
         if self.retention_windows is not None and self.retention_windows < 1:
             raise ValueError("retention_windows must be >= 1 or None")
+        if not self.orphan_grace_s > 0:
+            raise ValueError("orphan_grace_s must be > 0")
 
 
 class SubmissionArchive:
@@ -177,4 +223,24 @@ class SubmissionArchive:
             if value is not None and self.exists(value):
                 self.store.delete(self.key(value))
                 deleted += 1
+        return deleted
+
+    def prune_orphans(self, *, session: Session, now: float | None = None) -> int:
+        """Delete blobs that no submission row of any window references and that were last written
+        over `orphan_grace_s` before `now` (wall clock); returns how many. Retention None keeps them.
+
+        `prune` finds blobs through rows, so it never sees these: this lists the archive instead,
+        and asks the database about 500 digests at a time."""
+        if self.config.retention_windows is None:
+            return 0
+        cutoff = (time.time() if now is None else now) - self.config.orphan_grace_s
+        old = _digests(item.key for item in self.store.listing("archive") if item.modified < cutoff)
+        deleted = 0
+        while batch := list(itertools.islice(old, _BATCH)):
+            digest = m.Submission.content_digest
+            referenced = set(session.scalars(select(digest).where(digest.in_(batch)).distinct()))
+            for value in batch:
+                if value not in referenced:
+                    self.store.delete(self.key(value))
+                    deleted += 1
         return deleted

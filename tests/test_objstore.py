@@ -15,6 +15,7 @@ import pytest
 
 from scoring.ranking import Status
 from scoring.types import Reason
+from storage.archive import ObjectBlobStore
 from tests.seaweed import ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedServer, weed_binary
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import (
@@ -23,6 +24,7 @@ from validator.stores.objstore import (
     FetchRequest,
     classify,
     object_key,
+    open_store,
     publish,
 )
 from validator.stores.peer_fetch import read_stream
@@ -242,6 +244,16 @@ def test_s3_signed_reads_early_and_late(seaweed: SeaweedServer) -> None:
     early = run(fetcher.fetch(FetchRequest("peer", signed, key, put_start=time.time() + 60)))
     late = run(fetcher.fetch(FetchRequest("peer", signed, key, put_start=time.time() - 1000)))
     assert (early.status, late.status) == (Status.EARLY, Status.LATE)
+
+
+def test_s3_archive_listing(seaweed: SeaweedServer) -> None:
+    """The archive's orphan sweep lists the bucket: keys under the prefix, with S3's Last-Modified."""
+    blobs = ObjectBlobStore(open_store(s3_location(seaweed, with_credentials=True)))
+    for key in ("archive/ab/one", "archive/cd/two", "archived/three"):
+        blobs.put(key, b"x")
+    listed = sorted(blobs.listing("archive"))
+    assert [item.key for item in listed] == ["archive/ab/one", "archive/cd/two"]
+    assert all(abs(item.modified - time.time()) < 60 for item in listed)
 
 
 def test_s3_wrong_credentials_fail_without_retrying(seaweed: SeaweedServer) -> None:

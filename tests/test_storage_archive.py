@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from storage.writer import commit_window
 from tests.storage_fixtures import (
     make_window,
 )
+from validator.state.ledger import Ledger
 
 
 @pytest.fixture(params=["folder", "obstore"])
@@ -86,6 +89,87 @@ def test_prune_keeps_blobs_still_referenced(engine: Engine, tmp_path: Path) -> N
     assert not archive.exists(old) and archive.exists(shared) and archive.exists(new)
 
 
+def _age(root: Path, key: str, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(root / key, (then, then))
+
+
+def test_blob_store_lists_a_prefix_with_modification_times(blobs: BlobStore, tmp_path: Path) -> None:
+    for key in ("archive/ab/one", "archive/cd/two", "archived/three", "checkpoints/four"):
+        blobs.put(key, b"x")
+    _age(tmp_path / "blobs", "archive/ab/one", 3600)
+    listed = sorted(blobs.listing("archive"))
+    assert [item.key for item in listed] == ["archive/ab/one", "archive/cd/two"]  # by path segment
+    assert listed[0].modified == pytest.approx(time.time() - 3600, abs=5)
+    assert listed[1].modified == pytest.approx(time.time(), abs=5)
+    assert list(blobs.listing("nothing-here")) == []
+
+
+def test_folder_listing_skips_unfinished_writes(tmp_path: Path) -> None:
+    store = LocalBlobStore(tmp_path)
+    store.put("archive/ab/one", b"x")
+    (tmp_path / "archive/ab/.tmp-k3j2").write_bytes(b"half")  # a put killed before its rename
+    assert [item.key for item in store.listing("archive/")] == ["archive/ab/one"]
+
+
+def test_orphans_older_than_the_grace_are_deleted(engine: Engine, blobs: BlobStore, tmp_path: Path) -> None:
+    root = tmp_path / "blobs"
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=2, orphan_grace_s=3600))
+    old_window, recent_window, orphan, fresh = (archive.put(x) for x in (b"w1", b"w5", b"orphan", b"fresh"))
+    with session_scope(engine) as s:
+        commit_window(session=s, record=_window_with_blobs(1, [old_window]))  # past the retention
+        commit_window(session=s, record=_window_with_blobs(5, [recent_window]))
+    misnamed = f"archive/ab/{'cd' * 32}"  # the folder does not match the digest
+    strays = ["archive/zz/readme", misnamed, f"archive/{orphan[:2]}/.tmp-x"]
+    for key in strays:
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(b"not ours")
+    for key in [*strays, *(SubmissionArchive.key(d) for d in (old_window, recent_window, orphan))]:
+        _age(root, key, 7200)
+    with session_scope(engine) as s:
+        keep_all = SubmissionArchive(blobs, ArchiveConfig(orphan_grace_s=3600))  # no retention
+        assert keep_all.prune_orphans(session=s) == 0 and archive.exists(orphan)
+        assert archive.prune_orphans(session=s, now=time.time() - 3 * 3600) == 0  # not old yet then
+        assert archive.prune_orphans(session=s) == 1
+    assert not archive.exists(orphan)
+    assert archive.exists(old_window) and archive.exists(recent_window) and archive.exists(fresh)
+    assert all((root / key).is_file() for key in strays)
+
+
+def test_orphan_sweep_asks_the_database_in_batches(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("storage.archive._BATCH", 2)  # five blobs: three batches
+    archive = SubmissionArchive(LocalBlobStore(tmp_path), ArchiveConfig(retention_windows=2))
+    digests = [archive.put(bytes([i])) for i in range(5)]
+    for digest in digests:
+        _age(tmp_path, SubmissionArchive.key(digest), 7 * 3600)
+    with session_scope(engine) as s:
+        commit_window(session=s, record=_window_with_blobs(3, digests[1::2]))
+        assert archive.prune_orphans(session=s) == 3
+    assert [archive.exists(d) for d in digests] == [False, True, False, True, False]
+
+
+def test_ledger_sweeps_orphans_at_start_then_once_per_half_grace(engine: Engine, tmp_path: Path) -> None:
+    blobs = LocalBlobStore(tmp_path)
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=2, orphan_grace_s=3600))
+    clock = [1000.0]
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=1, clock=lambda: clock[0])
+
+    def orphan(data: bytes) -> str:
+        digest = archive.put(data)
+        _age(tmp_path, SubmissionArchive.key(digest), 7200)
+        return digest
+
+    first = orphan(b"left by a crash")
+    assert ledger.prune(10) == 1 and not archive.exists(first)  # the first prune after a start
+    second = orphan(b"a failed attempt")
+    clock[0] += 1799
+    assert ledger.prune(11) == 0 and archive.exists(second)  # within grace / 2: not listed again
+    clock[0] += 1
+    assert ledger.prune(12) == 1 and not archive.exists(second)
+
+
 def test_checkpoints_and_rebuild_plan(engine: Engine, tmp_path: Path) -> None:
     store = LocalBlobStore(tmp_path)
     with session_scope(engine) as s:
@@ -114,4 +198,6 @@ def test_checkpoints_and_rebuild_plan(engine: Engine, tmp_path: Path) -> None:
 def test_configs_validate() -> None:
     with pytest.raises(ValueError):
         ArchiveConfig(retention_windows=0)
+    with pytest.raises(ValueError):
+        ArchiveConfig(orphan_grace_s=0)
     assert SubmissionRecord("h", 1, "ok").status == "ok"

@@ -7,9 +7,11 @@ window, so a restarted process continues exactly where the database says it stop
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TypeVar
 
+import structlog
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
@@ -27,6 +29,7 @@ from storage.writer import CommitOutcome, commit_window, prune_sketches, record_
 from validator.state.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
 
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
 
 def rating_state(records: Mapping[str, RatingRecord], window: int | None) -> RatingState:
@@ -48,9 +51,12 @@ class Ledger:
         *,
         checkpoint_every: int,
         db: DatabaseConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine, self.blobs, self.archive = engine, blobs, archive
         self.checkpoint_every, self.db = checkpoint_every, db
+        self.clock = clock
+        self._next_orphan_sweep: float | None = None  # None: sweep at the first prune (a restart)
 
     def _tx(self, work: Callable[[Session], T]) -> T:
         return run_in_transaction(self.engine, work, config=self.db)
@@ -116,13 +122,24 @@ class Ledger:
     def prune(self, window: int, sketch_windows: int = 0) -> int:
         """Delete archived submissions older than the retention (a no-op when it keeps everything),
         and residual sketches older than it too, keeping at least the `sketch_windows` windows the
-        persistence check reads back."""
+        persistence check reads back. Returns how many archived blobs were deleted (old and orphaned).
+
+        Orphans (bodies of attempts that never committed) need a listing of the whole archive, so
+        they are swept at the first prune of the process (a crash leaves them) and then at most
+        once per half grace: a blob is at most 1.5 × grace old when it goes."""
         keep = self.archive.config.retention_windows
         if keep is None:
             return 0  # the default: no database round trip every window for nothing
         cutoff = window - max(keep, sketch_windows)
         self._tx(lambda s: prune_sketches(session=s, before=cutoff))
-        return self._tx(lambda s: self.archive.prune(session=s, current_window=window))
+        deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=window))
+        now = self.clock()
+        if self._next_orphan_sweep is None or now >= self._next_orphan_sweep:
+            orphans = self._tx(lambda s: self.archive.prune_orphans(session=s))
+            self._next_orphan_sweep = now + self.archive.config.orphan_grace_s / 2
+            log.info("archive_orphans_pruned", window=window, deleted=orphans)
+            deleted += orphans
+        return deleted
 
     def sketches(
         self, hotkeys: Collection[str], first: int, last: int
