@@ -13,8 +13,8 @@ dilutes the mean. Each aggregated update is weighted by its measured contributio
 (`contribution_weights`): proven but weak honest work still counts, a little. Of a pair of
 near-identical payloads whose upload order is unclear, or of updates that keep resembling each
 other across windows (`twins`: unclear copy findings and scoring/links.py), only one is
-aggregated: the better rated, then the smaller key; a group of three or more linked that way
-(colluders sharing a hidden direction) is left out entirely.
+aggregated: the better rated, then the smaller key; a group of three or more linked across windows
+(colluders sharing a hidden direction) is left out entirely (scoring/twins.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from statistics import median
 from typing import Generic, TypeVar
 
 from scoring.clipping import interpolated
+from scoring.twins import NO_TWINS, Twins, judge_twins
 
 K = TypeVar("K", int, str)  # uid or hotkey
 BAND_CAP = 2.0  # the honest band's top is at most this × the admissible updates' median inflation
@@ -101,18 +102,15 @@ class Selection(Generic[K]):
 def select_aggregation(
     candidates: Sequence[Candidate],
     cfg: SelectionConfig = SelectionConfig(),
-    twins: Sequence[tuple[str, str]] = (),
+    twins: Twins = NO_TWINS,
 ) -> Selection[str]:
     """Every admissible peer whose gain reaches the floor, best final score first (module docstring)."""
     _, admissible, floor = _sifted(candidates, cfg)
     gains = [c.gain for c in admissible if c.gain is not None]
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    for group in _groups(candidates, twins):
-        members = sorted((k for k in group if k in kept), key=lambda k: (-kept[k].final, k))
-        # a pair keeps its better member; three or more peers sharing one residual direction are a
-        # colluding cluster (or a victim copied by several at once): none of them steers the model
-        for k in members[1:] if len(group) == 2 else members:
-            del kept[k]
+    verdict = judge_twins({c.key for c in candidates}, kept, lambda k: (-kept[k].final, k), twins)
+    for k in verdict.grouped | verdict.lesser:
+        kept.pop(k, None)
     ranked = sorted(kept.values(), key=lambda c: (-c.final, -(c.gain or 0.0), c.key))
     keys = [c.key for c in ranked]
     gather = ranked[: cfg.gather_peers]
@@ -131,7 +129,7 @@ def select_aggregation(
 def left_out_for_cause(
     candidates: Sequence[Candidate],
     cfg: SelectionConfig = SelectionConfig(),
-    twins: Sequence[tuple[str, str]] = (),
+    twins: Twins = NO_TWINS,
     later: Collection[str] = frozenset(),
 ) -> frozenset[str]:
     """The proven candidates whose gain reaches the window's floor but which `select_aggregation`
@@ -142,8 +140,9 @@ def left_out_for_cause(
     has not proven its training). The band and the floor are the selection's, drawn over the peers
     it admits: identities that do not count cannot move them."""
     rest = [c for c in candidates if c.key not in later]
-    limit, _, floor = _sifted(rest, cfg)
-    grouped = {k for group in _groups(rest, twins) if len(group) > 2 for k in group}
+    limit, admissible, floor = _sifted(rest, cfg)
+    kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
+    grouped = judge_twins({c.key for c in rest}, kept, lambda k: (-kept[k].final, k), twins).grouped
     out = set()
     for c in candidates:
         if not c.proven or c.gain is None or c.gain <= 0.0 or c.gain < floor:
@@ -169,13 +168,6 @@ def _sifted(candidates: Sequence[Candidate], cfg: SelectionConfig) -> tuple[floa
     return limit, admissible, cfg.gain_floor * median(gains) if gains else 0.0
 
 
-def _groups(candidates: Sequence[Candidate], twins: Sequence[tuple[str, str]]) -> list[set[str]]:
-    """Groups of twins among this window's candidates: a copier rejected as such (or absent) neither
-    shields nor sinks the peer it resembles."""
-    present = {c.key for c in candidates}
-    return _clusters([(a, b) for a, b in twins if a in present and b in present])
-
-
 def contribution_weights(
     gather: Sequence[Candidate], cfg: SelectionConfig, typical: float, typical_mass: float = 1.0
 ) -> tuple[float, ...]:
@@ -198,16 +190,6 @@ def _retained(candidates: list[Candidate], floor: float) -> list[Candidate]:
 
 def _mass(c: Candidate) -> float:
     return min(max(c.mass, 1e-6), 1.0)
-
-
-def _clusters(pairs: Sequence[tuple[str, str]]) -> list[set[str]]:
-    """Connected groups of keys linked by `pairs`, in a deterministic order."""
-    groups: list[set[str]] = []
-    for a, b in sorted(tuple(sorted(p)) for p in pairs):
-        touching = [g for g in groups if a in g or b in g]
-        merged = {a, b}.union(*touching)
-        groups = [g for g in groups if g not in touching] + [merged]
-    return sorted(groups, key=min)
 
 
 def _band(inflations: Sequence[float]) -> float:

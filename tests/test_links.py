@@ -12,6 +12,7 @@ import torch
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.ranking import PeerRating, RatingState
 from scoring.selection import Candidate, SelectionConfig, contribution_weights, select_aggregation
+from scoring.twins import Twins
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies
 from tests.uniqueness_fixtures import random_update
@@ -70,10 +71,11 @@ def test_evidence_waits_for_both_peers_decays_and_is_capped() -> None:
 def test_a_linked_group_of_three_is_left_out_and_a_pair_keeps_its_better_member() -> None:
     finals = {"h1": 1.0, "h2": 0.9, "c1": 3.0, "c2": 2.0, "c3": 1.5, "d1": 0.5, "d2": 0.4}
     cands = [Candidate(k, final=f, proven=True, gain=0.01, indicator=1) for k, f in finals.items()]
-    sel = select_aggregation(cands, twins=[("c1", "c2"), ("c2", "c3"), ("d1", "d2")])
+    sel = select_aggregation(cands, twins=Twins(linked=[("c1", "c2"), ("c2", "c3"), ("d1", "d2")]))
     assert set(sel.gather) == {"h1", "h2", "d1"}
     # a resembling peer that is not a candidate (rejected, absent) sinks nobody
-    assert set(select_aggregation(cands[:2], twins=[("h1", "x"), ("h2", "x"), ("x", "y")]).gather) == {
+    lone = Twins(linked=[("h1", "x"), ("h2", "x"), ("x", "y")])
+    assert set(select_aggregation(cands[:2], twins=lone).gather) == {
         "h1",
         "h2",
     }
@@ -113,10 +115,7 @@ def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer(
     )  # fmt: skip
     copies = CopyCheck([], ("c", "d", "v", "x"), {}, {("v", "x"): "v"})  # v uploaded clearly first
     kin = twins_of(state, copies, RankingConfig())
-    assert (list(kin.twins), set(kin.later)) == (
-        [("c", "d")],
-        {"x"},
-    )  # c and d uploaded together: one of them counts
+    assert (kin.twins, set(kin.later)) == (Twins(linked=(("c", "d"),)), {"x"})  # c, d uploaded together
 
 
 def _colluding_window(rng: np.random.Generator) -> list[PeerPayload]:

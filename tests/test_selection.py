@@ -13,7 +13,8 @@ from scoring.earnings import ranked_by_uid, with_aggregated
 from scoring.loss_score import PeerEval, Timings
 from scoring.page_test import PageLosses, page_t
 from scoring.ranking import PeerRating, RatingConfig, RatingState
-from scoring.selection import Candidate, SelectionConfig, select_aggregation
+from scoring.selection import Candidate, SelectionConfig, left_out_for_cause, select_aggregation
+from scoring.twins import Twins
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
 from scoring.uniqueness import CopyCheck
 from validator.round.checking import CheckConfig, clip_reference, proven_peers
@@ -99,7 +100,9 @@ def test_select_window_takes_the_gain_from_the_evaluation() -> None:
 def test_select_window_aggregates_one_of_twins() -> None:
     state = RatingState({"a": rating("a", 0, 1.0), "b": rating("b", 1, 2.0)}, 4)
     peers = [peer("a", 0), peer("b", 1)]
-    assert select_window(state, peers, 5, RankingConfig(), Resembling(twins=[("a", "b")])).gather == ("b",)
+    assert select_window(state, peers, 5, RankingConfig(), Resembling(Twins(copies=[("a", "b")]))).gather == (
+        "b",
+    )
 
 
 def test_config_validation() -> None:
@@ -145,14 +148,36 @@ def test_weak_positive_peers_below_the_floor_do_not_dilute() -> None:
 
 def test_only_one_of_twins_is_aggregated() -> None:
     peers = [cand("a"), cand("b", final=1.0), cand("c")]
-    assert select_aggregation(peers, twins=[("b", "a")]).gather == ("b", "c")
-    assert select_aggregation(peers, twins=[("c", "a")]).gather == ("b", "a")  # tie: smaller key
+    assert select_aggregation(peers, twins=Twins(copies=[("b", "a")])).gather == ("b", "c")
+    assert select_aggregation(peers, twins=Twins(copies=[("c", "a")])).gather == (
+        "b",
+        "a",
+    )  # tie: smaller key
 
 
 def test_a_cluster_of_three_similar_peers_is_left_out() -> None:
     peers = [cand(k) for k in "abcdh"]
     colluders = [("a", "b"), ("c", "b"), ("d", "e")]  # a-b-c one cluster; d's twin is not admissible
-    assert select_aggregation(peers, twins=colluders).gather == ("d", "h")
+    assert select_aggregation(peers, twins=Twins(linked=colluders)).gather == ("d", "h")
+    # three distinct updates tied by unclear copy findings alone are left out too
+    assert select_aggregation(peers, twins=Twins(copies=colluders)).gather == ("d", "h")
+    # linked across windows, a cluster is left out even where some of it would not be aggregated
+    assert select_aggregation([*peers[:2], cand("c", gain=None)], twins=Twins(linked=colluders)).gather == ()
+
+
+def test_copiers_cannot_sink_the_peer_they_copy() -> None:
+    """Two identities re-sign a victim's bytes from stores the polls never reached: the order of each
+    pair is unclear, and the three used to form a "cluster" that none of was aggregated. Identical
+    payloads are one update, and a copier that would not be aggregated itself counts for nothing."""
+    peers = [cand("victim", final=10.0), cand("syb1", final=5.0), cand("syb2", final=5.0), cand("h")]
+    copies = [("syb1", "victim"), ("syb2", "victim"), ("syb1", "syb2")]
+    same = Twins(copies=copies, same=copies)
+    assert select_aggregation(peers, twins=same).gather == ("victim", "h")
+    assert not left_out_for_cause(peers, twins=same)
+    unproven = [peers[0], replace(peers[1], proven=False), replace(peers[2], proven=False), peers[3]]
+    distinct = Twins(copies=copies)  # noisy copies: distinct payloads, but the copiers are not proven
+    assert select_aggregation(unproven, twins=distinct).gather == ("victim", "h")
+    assert not left_out_for_cause(unproven, twins=distinct)
 
 
 def test_gather_cap_spills_into_reserve() -> None:

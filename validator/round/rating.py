@@ -23,6 +23,7 @@ from scoring.ranking import (
     update_ratings,
 )
 from scoring.selection import Candidate, Selection, SelectionConfig, left_out_for_cause, select_aggregation
+from scoring.twins import NO_TWINS, Twins
 from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
@@ -170,7 +171,7 @@ def outside_match(
 class Resembling:
     """Who resembles whom this window, as the selection uses it (`twins_of`)."""
 
-    twins: Sequence[tuple[str, str]] = ()  # at most one of each pair is aggregated
+    twins: Twins = NO_TWINS  # at most one of each pair is aggregated (scoring/twins.py)
     later: Collection[str] = frozenset()  # left out: the later side of a linked pair
 
 
@@ -188,14 +189,17 @@ def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resem
     and linked pairs whose order this window is unclear (colluders upload together); and the later
     uploader of each linked pair whose order is clear, left out alone (a persistent copier must not
     drag the peer it copies out of the aggregate with it)."""
-    twins, later = set(unclear_pairs(copies.findings)), set()
+    linked, later = set(), set()
     for a, b in _linked(state, cfg):
         first = copies.first.get((a, b))
         if first is None:
-            twins.add((a, b))
+            linked.add((a, b))
         else:
             later.add(b if first == a else a)
-    return Resembling(sorted(twins), frozenset(later))
+    unclear = [f for f in copies.findings if not f.clear]
+    same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD]
+    twins = Twins(tuple(sorted(unclear_pairs(unclear))), tuple(sorted(same)), tuple(sorted(linked)))
+    return Resembling(twins, frozenset(later))
 
 
 def select_window(
