@@ -77,3 +77,28 @@ def test_without_proven_peers_every_valid_update_counts() -> None:
     peers = [_peer("a", 1.0), _peer("b", 3.0), _peer("c", 2.0)]
     assert clip_reference(peers, CheckConfig(clip_quantile=0.5), frozenset({"gone"}))["w"] == 4.0
     assert clip_reference(peers, CheckConfig(), frozenset({"gone"}))["w"] == 5.0  # between 4 and 6
+
+
+def _two_params(hotkey: str, w: float, b: float) -> PeerWindow:
+    peer = _peer(hotkey, w)
+    assert peer.update is not None
+    bias = SparseParam((64,), torch.arange(2, dtype=torch.int64), torch.full((2,), b, dtype=torch.float32))
+    params = {**peer.update.params, "b": bias}
+    return PeerWindow(peer.target, "ok", update=SparseUpdate(peer.update.meta, hotkey, params))
+
+
+@pytest.mark.parametrize("tiny", [0.0, 3e-12, 1e-9])
+def test_one_proven_peer_cannot_set_a_parameter_near_zero(tiny: float) -> None:
+    """The only proven peer sends one parameter empty, or at a trace: counted, the reference was ~0
+    there and every honest update's share of it was clipped to nothing (an audit found it)."""
+    cfg = RatingConfig()
+    trusted = proven_peers(RatingState({"p": _proven_rating("p", cfg)}, window=0), cfg)
+    honest = [_two_params(f"h{i}", 1.0, 0.5) for i in range(4)]
+    reference = clip_reference([*honest, _two_params("p", 1.0, tiny)], CheckConfig(), trusted)
+    assert reference["w"] == 2.0  # the proven peer's own scale, as before
+    assert reference["b"] == pytest.approx(0.5 * 2**0.5)  # judged over every valid update
+    # a proven peer of an honest scale still sets the reference alone (the sybil defence above)
+    sybils = [_two_params(f"s{i}", 1e-6, 1e-6) for i in range(8)]
+    assert clip_reference([*sybils, _two_params("p", 1.0, 0.5)], CheckConfig(), trusted) == pytest.approx(
+        {"w": 2.0, "b": 0.5 * 2**0.5}
+    )

@@ -153,6 +153,9 @@ def decode_all(peers: Sequence[PeerWindow], judge: Judge) -> list[PeerWindow]:
     return out
 
 
+RELATIVE_EMPTY = 1e-3  # of every valid update's median norm: a proven norm under it does not count
+
+
 def clip_reference(
     peers: Sequence[PeerWindow], cfg: CheckConfig = CheckConfig(), trusted: Collection[str] = frozenset()
 ) -> dict[str, float]:
@@ -162,14 +165,26 @@ def clip_reference(
     Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag it to 0. Once
     some valid peers have proven their training (`trusted`), it is taken over theirs alone: new
     identities are free, so a crowd of sybils sending tiny non-zero updates would otherwise own the
-    reference and shrink every honest update to nothing."""
-    valid = [p for p in peers if p.update is not None]
-    proven = [p for p in valid if p.hotkey in trusted]
-    norms = [p.update.norms() for p in proven or valid if p.update]
-    upper = quantile_norms(norms, cfg.clip_quantile, floor=cfg.zero_norm)
-    middle = median_norms(norms, floor=cfg.zero_norm)
-    # a coalition holding the upper quartile lifts the reference by at most clip_cap × the median
-    return {name: min(upper[name], cfg.clip_cap * middle[name]) for name in upper}
+    reference and shrink every honest update to nothing. A proven peer cannot do the same alone:
+    per parameter, proven norms under `RELATIVE_EMPTY` × every valid update's median do not count,
+    and a parameter without any proven norm left is judged over every valid update."""
+    valid = [p.update.norms() for p in peers if p.update is not None]
+    proven = [p.update.norms() for p in peers if p.update is not None and p.hotkey in trusted]
+    if not valid:
+        return {}
+    everyone = median_norms(valid, floor=cfg.zero_norm)
+    out = {}
+    for name in valid[0]:
+        # A proven peer's norm far under everyone's median says nothing of the scale: counted, one
+        # proven peer sending a parameter empty, or at 1e-12, made it ~0 and clipped every honest
+        # update to nothing. A parameter no proven peer really updated is judged over every update.
+        floor = max(cfg.zero_norm, RELATIVE_EMPTY * everyone[name])
+        column = [{name: n[name]} for n in proven if n[name] > floor] or [{name: n[name]} for n in valid]
+        upper = quantile_norms(column, cfg.clip_quantile, floor=cfg.zero_norm)[name]
+        middle = median_norms(column, floor=cfg.zero_norm)[name]
+        # a coalition holding the upper quartile lifts the reference by at most clip_cap × the median
+        out[name] = min(upper, cfg.clip_cap * middle)
+    return out
 
 
 def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:
