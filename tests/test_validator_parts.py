@@ -18,7 +18,7 @@ from scoring.ranking import PeerRating, RatingState, Status
 from scoring.signing import dev_keypair
 from scoring.weights import RankWeights
 from storage.records import WeightSetRecord
-from validator.chain.protocol import WeightOutcome
+from validator.chain.protocol import Neuron, WeightOutcome
 from validator.demo.sim.behaviours import BUILTIN
 from validator.demo.sim.plugins import load_plugin, parse_peers
 from validator.round.publishing import SelectionPublisher, selection_key, verify_selection
@@ -133,14 +133,41 @@ def test_settings_round_trip_through_toml_and_secret_files(
 
 
 class _Chain:
-    def __init__(self, fail: int) -> None:
+    def __init__(self, fail: int, holders: dict[int, str] | None = None) -> None:
         self.fail, self.calls = fail, 0
+        self.holders = {4: "h"} if holders is None else holders
+        self.set: list[dict[int, float]] = []
+
+    def neurons(self) -> list[Neuron]:
+        if not self.holders:
+            raise ConnectionError("metagraph unreachable")
+        return [Neuron(uid, hotkey, 0.0, False) for uid, hotkey in sorted(self.holders.items())]
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         self.calls += 1
         if self.calls <= self.fail:
             raise ConnectionError("chain unreachable")
+        self.set.append(weights)
         return WeightOutcome(True, "included", 100 + self.calls)
+
+
+def test_weights_go_only_to_uids_still_held_by_the_rated_hotkey() -> None:
+    """Between the window's metagraph read and the set, uid 4 was freed and taken (by a newcomer,
+    or by the validator itself): its old holder's pay went to the new one (an audit found it)."""
+    paid = {"a": PeerRating("a", 4, 30.0, 1.0, final=2.0, last_aggregated=3)}
+    state = RatingState({**paid, "b": PeerRating("b", 5, 30.0, 1.0, final=1.0, last_aggregated=3)}, 3)
+    for newcomer in ("newcomer", "the-validator"):
+        chain = _Chain(fail=0, holders={4: newcomer, 5: "b"})
+        weigher = Weigher(
+            chain, RankWeights(), LeaderLock(None, "v"), [].append, WeightSchedule(3), Metrics()
+        )  # type: ignore[arg-type]
+        done = weigher.maybe_set(3, state)
+        assert done is not None and done.outcome == "ok" and chain.set == [{5: 1.0}]
+    unread = _Chain(fail=0, holders={})  # the metagraph cannot be read: nothing is paid blind
+    schedule = WeightSchedule(3)
+    weigher = Weigher(unread, RankWeights(), LeaderLock(None, "v"), [].append, schedule, Metrics())  # type: ignore[arg-type]
+    failed = weigher.maybe_set(3, state)
+    assert failed is not None and failed.outcome == "failed" and unread.calls == 0 and schedule.retry_pending
 
 
 def test_failed_weights_are_recorded_and_retried_next_window() -> None:

@@ -62,6 +62,13 @@ class Weigher:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
         if not self.schedule.due(window):
             return None
+        if leader:
+            try:
+                ratings = self._registered(ratings)
+            except Exception as e:  # the metagraph unread: nothing is paid blind, the next window retries
+                log.exception("weights_metagraph_unread")
+                self.schedule.retry_pending = True
+                return self._done(WeightSetRecord(window, None, [], [], "failed", f"metagraph: {e}"[:500]))
         weights = weights_for(ratings, window, self.policy, self.schedule.paid_windows(window))
         uids = sorted(weights)
         values = [weights[u] for u in uids]
@@ -81,6 +88,16 @@ class Weigher:
                 window, outcome.block, uids, values, result, None if outcome.ok else outcome.message
             )
         )
+
+    def _registered(self, ratings: RatingState) -> RatingState:
+        """The peers whose uid still belongs to their hotkey, read from the metagraph right before the
+        set: the round read it at its fetch, minutes before, and a uid freed since (deregistered) and
+        taken by a newcomer, or by the validator itself, would have paid them the old holder's work."""
+        holder = {n.uid: n.hotkey for n in self.chain.neurons()}
+        kept = {hotkey: p for hotkey, p in ratings.peers.items() if holder.get(p.uid) == hotkey}
+        if len(kept) < len(ratings.peers):
+            log.info("weights_unregistered_left_out", peers=len(ratings.peers) - len(kept))
+        return RatingState(kept, ratings.window)
 
     def _set(self, weights: dict[int, float]) -> WeightOutcome:
         try:
