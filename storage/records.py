@@ -169,6 +169,9 @@ class SelectionRecord:
             raise ValueError(f"rank must be >= 0, got {self.rank}")
 
 
+NOT_LEADER = "not the leader"  # the error of a follower's skipped weight set: not an attempt
+
+
 @dataclass(frozen=True, slots=True)
 class WeightSetRecord:
     """One attempt to set weights on chain, successful or not."""

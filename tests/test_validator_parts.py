@@ -270,3 +270,46 @@ def test_bucket_credentials_come_from_the_environment_or_files(
     assert "w-secret" not in repr(s) + json.dumps(s.masked()) + to_toml(s) + repr(loc)
     with pytest.raises(ValueError, match="go together"):
         Settings(selection_access_key_id="AKID2", redis_url=None)
+
+
+class _Lead:
+    """A leader lock whose answers are scripted: who holds the lead at each window."""
+
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers = answers
+
+    def acquire(self) -> bool:
+        return self.answers.pop(0)
+
+
+def test_a_new_leader_pays_from_what_the_last_leader_set(tmp_path: Path) -> None:
+    """A follower read `paid_since` at its start; when it took the lead it paid again everything
+    aggregated since then. It reads it again from storage when the lead changes (an audit found it);
+    a follower's `skipped` row written after the leader's failed one no longer hides the retry."""
+    from storage.archive import LocalBlobStore, SubmissionArchive
+    from storage.db import make_engine
+    from storage.migrate import upgrade
+    from validator.state.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    upgrade(url)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    ledger = Ledger(make_engine(url), blobs, SubmissionArchive(blobs), checkpoint_every=3)
+    ledger.record_weights(WeightSetRecord(3, 100, [1], [1.0], "ok", None))  # by the other leader
+    state = RatingState(
+        {
+            "p": PeerRating("p", 1, 30.0, 1.0, final=2.0, last_aggregated=2),  # paid at window 3 already
+            "q": PeerRating("q", 2, 30.0, 1.0, final=1.0, last_aggregated=11),
+        },
+        12,
+    )
+    stored = lambda: (ledger.last_weights_set(), ledger.last_weights_failed())  # noqa: E731
+    schedule = WeightSchedule(3, paid_since=None, stored=stored)  # as read at this process's start
+    chain = _Chain(fail=0, holders={1: "p", 2: "q"})
+    weigher = Weigher(chain, RankWeights(), _Lead([False, True]), [].append, schedule, Metrics())  # type: ignore[arg-type]
+    assert weigher.maybe_set(9, state) is not None  # a follower: skipped
+    done = weigher.maybe_set(12, state)
+    assert done is not None and done.outcome == "ok" and chain.set == [{2: 1.0}]  # not p again
+    ledger.record_weights(WeightSetRecord(15, None, [2], [1.0], "failed", "refused"))
+    ledger.record_weights(WeightSetRecord(15, None, [2], [1.0], "skipped", "not the leader"))
+    assert ledger.last_weights_failed()

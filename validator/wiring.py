@@ -250,6 +250,7 @@ def build_round(
         s.windows_per_weights,
         retry_pending=ledger.last_weights_failed(),
         paid_since=ledger.last_weights_set(),
+        stored=lambda: (ledger.last_weights_set(), ledger.last_weights_failed()),
     )
     weigher = Weigher(link.chain, weight_policy(s), lock, ledger.record_weights, schedule, metrics)
     cap = max_submission_bytes(param_spec(model), cfg.check.codec)

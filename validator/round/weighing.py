@@ -13,7 +13,7 @@ import structlog
 
 from scoring.ranking import RatingState
 from scoring.weights import WeightPolicy
-from storage.records import WeightSetRecord
+from storage.records import NOT_LEADER, WeightSetRecord
 from validator.chain.protocol import Chain, WeightOutcome
 from validator.round.rating import weights_for
 from validator.telemetry.events import LeaderLock
@@ -31,6 +31,17 @@ class WeightSchedule:
     every: int
     retry_pending: bool = False  # restored from storage after a restart
     paid_since: int | None = None  # the window of the last successful set, restored from storage
+    # (paid_since, retry_pending) read from storage again: a follower kept what it read at its start,
+    # and on taking the lead over it would have paid again everything aggregated since then
+    stored: Callable[[], tuple[int | None, bool]] | None = None
+
+    def reload(self) -> None:
+        if self.stored is None:
+            return
+        try:
+            self.paid_since, self.retry_pending = self.stored()
+        except Exception:  # storage down: what this process knows stands until the next change of lead
+            log.exception("weight_schedule_not_reloaded")
 
     def due(self, window: int) -> bool:
         return self.retry_pending or window % self.every == 0
@@ -57,9 +68,13 @@ class Weigher:
     ) -> None:
         self.chain, self.policy, self.lock, self.record = chain, policy, lock, record
         self.schedule, self.metrics = schedule, metrics
+        self._leading = False
 
     def maybe_set(self, window: int, ratings: RatingState) -> WeightSetRecord | None:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
+        if leader and not self._leading:  # the lead (back) in this process: what the last leader set
+            self.schedule.reload()
+        self._leading = leader
         if not self.schedule.due(window):
             return None
         if leader:
@@ -73,7 +88,7 @@ class Weigher:
         uids = sorted(weights)
         values = [weights[u] for u in uids]
         if not leader:  # first: a follower never sets weights, whatever they would be
-            return self._done(WeightSetRecord(window, None, uids, values, "skipped", "not the leader"))
+            return self._done(WeightSetRecord(window, None, uids, values, "skipped", NOT_LEADER))
         if not weights:
             return self._done(
                 WeightSetRecord(window, None, [], [], "skipped", "no peer aggregated lately scores")

@@ -23,7 +23,7 @@ from storage import queries
 from storage.archive import BlobStore, SubmissionArchive
 from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
 from storage.db import DatabaseConfig, run_in_transaction
-from storage.records import RatingRecord, WeightSetRecord, WindowRecord
+from storage.records import NOT_LEADER, RatingRecord, WeightSetRecord, WindowRecord
 from storage.sketch_rows import SketchRecord
 from storage.writer import CommitOutcome, commit_window, prune_sketches, record_weight_set
 from validator.state.global_model import GlobalModel, load_model_bytes, model_bytes, replay_aggregates
@@ -116,8 +116,10 @@ class Ledger:
 
     def last_weights_failed(self) -> bool:
         """Whether the newest weight-setting attempt failed (so a restarted process retries it)."""
-        latest = self._tx(lambda s: queries.weight_sets(session=s, limit=1))
-        return bool(latest) and latest[0].outcome == "failed"
+        # a follower's `skipped` row (not the leader) written after the leader's failure must not hide it
+        latest = self._tx(lambda s: queries.weight_sets(session=s, limit=50))
+        attempted = [r for r in latest if r.outcome != "skipped" or r.error != NOT_LEADER]
+        return bool(attempted) and attempted[0].outcome == "failed"
 
     def prune(self, window: int, sketch_windows: int = 0) -> int:
         """Delete archived submissions older than the retention (a no-op when it keeps everything),
