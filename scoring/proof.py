@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 from scoring.page_test import fold, stouffer
 
 if TYPE_CHECKING:  # the ranking imports this module
-    from scoring.ranking import PeerOutcome, PeerRating, RatingConfig
+    from scoring.ranking import PeerOutcome, PeerRating
+    from scoring.rating_config import RatingConfig
 
 
 def proven(peer: PeerRating, cfg: RatingConfig) -> bool:

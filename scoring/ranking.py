@@ -16,7 +16,9 @@ Choices where the design leaves room (all configurable):
   peer the fetch never got to (`skipped`) is left as it was;
 - a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
 - a peer absent from the outcomes is inactive (dropped after `inactive_reset_windows`); a uid under
-  a new hotkey, or a hotkey under a new uid, starts a fresh peer.
+  a new hotkey, or a hotkey under a new uid, starts a fresh peer;
+- a banned peer whose uid another hotkey takes is kept *detached* (uid `DETACHED_UID`) until its ban
+  ends: dropping it forgot the ban, and the hotkey re-registered on a new uid came back clean.
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from openskill.models import PlackettLuce
 
-from scoring.page_test import PageTestConfig
-from scoring.penalties import PenaltyConfig, miss_multiplier, scale_positive
+from scoring.penalties import miss_multiplier, scale_positive
 from scoring.proof import positive, proven, with_evidence
+from scoring.rating_config import RatingConfig as RatingConfig  # re-exported: the config of this module
 from scoring.uniqueness import CopyTier
 
 
@@ -45,41 +47,7 @@ class Status(StrEnum):
 
 
 _MISSED = frozenset({Status.MISSING, Status.EARLY, Status.LATE})
-
-
-@dataclass(frozen=True, slots=True)
-class RatingConfig:
-    mu: float = 25.0
-    sigma: float = 25.0 / 3.0
-    beta: float = 7.0
-    tau: float = 0.1
-    bma_alpha: float = 0.05
-    bma_threshold: float = 0.10
-    bma_warmup: int = 10
-    proof_rate: float = 0.3
-    proof_z: float = 1.0
-    proof_margin: float = 0.03
-    proof_min_evaluations: int = 3
-    # a margin above −proof_tie counts as +1 (proof.positive): a −1 by a hair is a tie, not evidence of
-    # lazy training (no adversary's proof changed at a tie up to 0.05, bench_fidelity)
-    proof_tie: float = 0.01
-    retention_alpha: float = 0.25  # the newest window's least weight in the retention average (proof.py)
-    # each window's relative retention enters the average clipped to 1 ± this: the rule was calibrated
-    # inside it (honest 0.89-1.17 a window, the rescaled quarter 0.75-0.97); late in 24-window demo runs
-    # honest windows read −44 … +12, and one (−8.6) held a peer under `min_retention` for good
-    retention_clip: float = 0.25
-    page_test: PageTestConfig = PageTestConfig()  # the proof's per-page test (scoring/page_test.py)
-    penalties: PenaltyConfig = field(default_factory=PenaltyConfig)
-
-    def __post_init__(self) -> None:
-        if self.sigma <= 0 or self.beta <= 0 or self.tau < 0:
-            raise ValueError("need sigma > 0, beta > 0, tau >= 0")
-        if not 0.0 < self.bma_alpha <= 1.0 or self.bma_warmup < 0:
-            raise ValueError("need 0 < bma_alpha <= 1 and bma_warmup >= 0")
-        if not 0.0 <= self.proof_rate < 1.0 or self.proof_z < 0.0 or not 0.0 <= self.proof_tie < 1.0:
-            raise ValueError("need 0 <= proof_rate < 1, proof_z >= 0 and 0 <= proof_tie < 1")
-        if not 0.0 < self.retention_alpha <= 1.0 or not 0.0 < self.retention_clip < 1.0:
-            raise ValueError("need 0 < retention_alpha <= 1 and 0 < retention_clip < 1")
+DETACHED_UID: Final = -1  # a banned hotkey that holds no uid: it is remembered, never ranked or paid
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,10 +173,15 @@ def update_ratings(
     for o in sorted(outcomes, key=lambda o: o.hotkey):
         peers[o.hotkey] = _apply_outcome(rated[o.hotkey], o, window, cfg)
     for hotkey, peer in state.peers.items():
-        if hotkey not in known and not _recycled(peer, outcomes):
-            inactive = _apply_inactivity(peer, window, cfg)
-            if inactive is not None:
-                peers[hotkey] = inactive
+        if hotkey in known:
+            continue
+        if peer.uid == DETACHED_UID or _recycled(peer, outcomes):
+            if peer.banned(window):  # the uid went to another hotkey; the ban stays with this one
+                peers[hotkey] = replace(fresh_rating(hotkey, DETACHED_UID, cfg), ban_until=peer.ban_until)
+            continue
+        inactive = _apply_inactivity(peer, window, cfg)
+        if inactive is not None:
+            peers[hotkey] = inactive
     return RatingState(dict(sorted(peers.items())), window)
 
 

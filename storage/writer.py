@@ -79,14 +79,16 @@ def _claim_window(session: Session, record: WindowRecord) -> bool:
 
 def _upsert_peers(session: Session, record: WindowRecord) -> None:
     uids = {s.hotkey: s.uid for s in record.submissions}
-    for group in (record.ratings, record.selections):
-        uids.update({r.hotkey: r.uid for r in group})
+    # A detached rating (uid < 0: a banned hotkey that holds no uid) names no uid to remember.
+    uids.update({r.hotkey: r.uid for r in record.ratings if r.uid >= 0})
+    uids.update({r.hotkey: r.uid for r in record.selections})
     named = {p.hotkey for p in record.penalties} | {c.hotkey_a for c in record.copy_pairs}
     named |= {c.hotkey_b for c in record.copy_pairs} | {e.hotkey for e in record.evaluations}
     missing = sorted(named - uids.keys())
     if missing:
         raise ValueError(f"hotkeys without a submission, rating or selection: {missing[:5]}")
     w = record.window
+    _keep_detached(session, sorted({r.hotkey for r in record.ratings if r.uid < 0} - uids.keys()), w)
     rows = [{"hotkey": h, "uid": u, "first_window": w, "last_window": w} for h, u in sorted(uids.items())]
     if not rows:
         return
@@ -108,6 +110,14 @@ def _upsert_peers(session: Session, record: WindowRecord) -> None:
         ),
         rows,
     )
+
+
+def _keep_detached(session: Session, hotkeys: list[str], window: int) -> None:
+    """A detached peer's row already names the uids it held; a database that never saw it (one
+    started from a copied rating state) gets the row its rating needs, under the detached uid."""
+    if hotkeys:
+        rows = [{"hotkey": h, "uid": -1, "first_window": window, "last_window": window} for h in hotkeys]
+        session.execute(upsert(session, m.Peer).on_conflict_do_nothing(index_elements=["hotkey"]), rows)
 
 
 def _rating_rows(record: WindowRecord) -> list[dict[str, Any]]:
