@@ -135,7 +135,7 @@ class PeerWindow(Schema):
 class PeerDetail(Schema):
     hotkey: str
     uid: int
-    rank: int | None
+    rank: int | None = Field(description="None: not in the newest rating state (it left, or lost its uid)")
     first_window: int
     last_window: int
     uid_history: list[UidSpan]

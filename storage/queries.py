@@ -86,7 +86,13 @@ def aggregated_archived(
 
 
 def leaderboard(*, session: Session, limit: int | None = None) -> list[LeaderboardEntry]:
-    """Peers in `rank_key` order, best first (rank 1)."""
+    """The peers of the newest rating state in `rank_key` order, best first (rank 1).
+
+    Every window writes every peer its state still holds, so a row the newest window did not write
+    is a peer the state dropped (its uid recycled, or gone past the inactivity reset): it keeps its
+    detail and history but holds no rank and no uid. A detached peer (uid < 0) is a ban remembered
+    for a hotkey that holds no uid; it is not a ranked peer either.
+    """
     cols = (
         m.Rating.hotkey,
         m.Rating.uid,
@@ -98,8 +104,10 @@ def leaderboard(*, session: Session, limit: int | None = None) -> list[Leaderboa
         m.Rating.updated_window,
         m.Rating.state["last_aggregated"].as_integer(),  # one field, not every peer's whole state
     )
+    newest = select(func.max(m.Rating.updated_window)).scalar_subquery()
+    current = select(*cols).where(m.Rating.updated_window == newest, m.Rating.uid >= 0)
     # Sorted here, not in SQL, so that the one rule is spelled once (one row per peer: small).
-    rows = sorted(session.execute(select(*cols)), key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], r[8]))
+    rows = sorted(session.execute(current), key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], r[8]))
     return [LeaderboardEntry(i, *row[:8]) for i, row in enumerate(rows[:limit], start=1)]
 
 
