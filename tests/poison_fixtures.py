@@ -75,12 +75,19 @@ def raising_evaluator(bad: Collection[int] | None) -> Evaluator:
     return _evaluator(check, lambda e: e)
 
 
-def non_finite_evaluator(bad: Collection[int], value: float = math.nan) -> Evaluator:
+def non_finite_evaluator(
+    bad: Collection[int], value: float = math.nan, *, probe_only: bool = False
+) -> Evaluator:
     """`evaluate_peers`, with the held-out loss after the update of each `bad` uid set to `value`
-    (what an update that overflows the model's activations would read)."""
+    (what an update that overflows the model's activations would read); with `probe_only`, only
+    the loss at the larger probe step (an update that holds at β and overflows at 5 β)."""
 
     def alter(e: PeerEval) -> PeerEval:
-        return dataclasses.replace(e, loss_rand_after=value, score=value) if e.uid in bad else e
+        if e.uid not in bad:
+            return e
+        if probe_only:
+            return dataclasses.replace(e, loss_rand_step=value)
+        return dataclasses.replace(e, loss_rand_after=value, score=value)
 
     return _evaluator(lambda jobs: None, alter)
 

@@ -124,6 +124,34 @@ def test_a_non_finite_loss_is_no_score_and_the_window_commits(
     runner.round.ledger.engine.dispose()
 
 
+@pytest.mark.parametrize("value", [math.nan, -math.inf], ids=["nan", "-inf"])
+def test_a_non_finite_probe_step_loss_is_stored_as_not_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: float
+) -> None:
+    """The probe step's loss is no score (a non-finite one is no retention), so the peer stays ok;
+    stored as NaN it read back as NULL on SQLite (replay then saw a difference) and made the window's
+    JSON unwritable. It is recorded as not measured, and replay agrees."""
+    runner = _runner(tmp_path, "honest:2", monkeypatch)
+    a, b = runner.network.peers[:2]
+    faulty = non_finite_evaluator({a.uid}, value, probe_only=True)
+    runner.round = dataclasses.replace(runner.round, judging=Judging(evaluate=faulty))
+    runner.publish(1)
+    by = {p.hotkey: p for p in runner.validate(1).peers}
+    evaluation = by[a.hotkey].evaluation
+    assert by[a.hotkey].status == "ok" and evaluation is not None and evaluation.loss_rand_step is None
+    stored = runner.round.ledger.window_detail(1)
+    assert stored is not None and {e.hotkey: e.loss_rand_step is None for e in stored.evaluations} == {
+        a.hotkey: True, b.hotkey: False,
+    }  # fmt: skip
+    monkeypatch.setattr(replay, "evaluate_peers", faulty)
+    rows = replay.replay_window(
+        1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        dataset=runner.dataset, cfg=round_config(runner.settings),
+    )  # fmt: skip
+    assert {r.hotkey: r.differences(0.0) for r in rows} == {a.hotkey: [], b.hotkey: []}
+    runner.round.ledger.engine.dispose()
+
+
 def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_shows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_logs: Logs
 ) -> None:

@@ -149,8 +149,12 @@ def _finite_or_rejected(p: PeerWindow) -> PeerWindow:
     (`non_finite_loss`) when the model's losses before it were finite; else the validator's own."""
     e = p.evaluation
     assert e is not None
+    if e.loss_rand_step is not None and not math.isfinite(e.loss_rand_step):
+        # Not the update's rejection: a non-finite probe loss is already no retention (loss_score.py).
+        # It is stored as not measured (NaN reads back as NULL on SQLite, and no JSON can carry it).
+        e = replace(e, loss_rand_step=None)
+        p = replace(p, evaluation=e)
     before = (e.loss_own_before, e.loss_rand_before)
-    # not the probe step's loss: a non-finite one is already no retention (scoring/loss_score.py)
     after = (e.loss_own_after, e.loss_rand_after, e.score, e.own_gain)
     if all(math.isfinite(x) for x in (*before, *after)):
         return p
