@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from pathlib import Path
@@ -117,12 +118,19 @@ def connect_chain(s: Settings) -> tuple[ChainLink, int]:
         from bittensor.result import BittensorError
 
         errors += (BittensorError,)
+    link: ChainLink | None = None
     try:
         link = chain_for(s)
         return link, link.chain.block()
     except FileNotFoundError as e:  # before OSError: the wallet, not the network
         fail(f"cannot open the validator's hotkey: {e} (GAUNTLET_WALLET_NAME, _HOTKEY, _PATH)")
     except errors as e:
+        # Closed here, not left to the SDK's finalizer at exit: collected after the interpreter
+        # began tearing down, its event loop printed a traceback under our one-line error.
+        close = getattr(link.chain, "close", None) if link is not None else None
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
         fail(f"cannot reach the chain {s.network}: {type(e).__name__}: {e}")
 
 
