@@ -7,8 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# A selected peer's role (storage.records.SELECTION_ROLES; tests/test_storage_vocabulary.py checks).
-Role = Literal["gather", "reserve"]
+Role = Literal["gather", "reserve"]  # storage.records.SELECTION_ROLES (tests/test_storage_vocabulary.py)
 
 
 class Schema(BaseModel):
@@ -186,6 +185,7 @@ class SubmissionOut(Schema):
     version_id: str | None
     size: int | None
     payload_digest: str | None
+    decoded_digest: str | None = Field(default=None, description="of its decoded values, however encoded")
     storage_time: datetime | None
     fetched_time: datetime | None
     norm: float | None = Field(default=None, description="the decoded update's total norm (valid updates)")

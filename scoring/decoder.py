@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from scoring.container import Data, Entry, Rejected, read_container, view
 from scoring.content import PackedValues, decode_param, indices_v1
+from scoring.decoded_digest import decoded_digest, digest_of, param_digest
 from scoring.rice import decode_indices
 from scoring.signing import verify_signature
 from scoring.types import DecodeResult, ParamSpec, Reason, SparseParam, SparseUpdate, SubmissionMeta, Verdict
@@ -66,11 +67,12 @@ def decode_submission(
         meta, _, entries, positions, digest = _checked(data, spec, expect, cfg)
         tensors = {name: view(data, e) for name, e in entries.items()}
         params = {name: _decode(name, shape, tensors, cfg, positions) for name, shape in spec.items()}
+        decoded = digest_of(params)
     except Rejected as r:
         return DecodeResult(Verdict.reject(r.reason, r.detail), None, meta)
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
         return DecodeResult(_unexpected(e), None, meta)
-    update = SparseUpdate(meta=meta, digest=digest, params=params, nbytes=len(data))
+    update = SparseUpdate(meta=meta, digest=digest, params=params, nbytes=len(data), decoded=decoded)
     return DecodeResult(Verdict.accept(), update, meta)
 
 
@@ -85,6 +87,7 @@ class Summary:
     entries: Mapping[str, Entry]
     norms: Mapping[str, float]
     nbytes: int
+    decoded: str  # the decoded values' digest (scoring/decoded_digest.py)
 
 
 def summarize_submission(
@@ -98,15 +101,19 @@ def summarize_submission(
         meta, fmt, entries, positions, digest = _checked(data, spec, expect, cfg)
         tensors = {name: view(data, e) for name, e in entries.items()}
         norms: dict[str, float] = {}
+        parts: dict[str, bytes] = {}
         for name, shape in spec.items():
-            norms[name] = _decode(name, shape, tensors, cfg, positions).norm()
+            param = _decode(name, shape, tensors, cfg, positions)
+            norms[name], parts[name] = param.norm(), param_digest(name, param)
+            del param
             positions.pop(name, None)  # each stream's positions freed once its parameter is checked
         del tensors
     except Rejected as r:
         return Verdict.reject(r.reason, r.detail), meta, None
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
         return _unexpected(e), meta, None
-    return Verdict.accept(), meta, Summary(meta, digest, fmt, entries, norms, len(data))
+    summary = Summary(meta, digest, fmt, entries, norms, len(data), decoded_digest(parts))
+    return Verdict.accept(), meta, summary
 
 
 def decode_stored(

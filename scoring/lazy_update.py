@@ -93,7 +93,7 @@ def judge_file(path: Path, spec: ParamSpec, expect: Expected, cfg: CodecConfig |
     if summary is None:
         return DecodeResult(verdict, None, meta)
     params = StoredParams(path, summary, spec, cfg)
-    update = SparseUpdate(meta=summary.meta, digest=summary.digest, params=params, nbytes=summary.nbytes)
+    update = SparseUpdate(summary.meta, summary.digest, params, summary.nbytes, summary.decoded)
     return DecodeResult(verdict, update, meta)
 
 

@@ -132,13 +132,20 @@ class SubmissionMeta:
 class SparseUpdate:
     """A whole decoded submission: one SparseParam per model parameter, plus its identity.
 
-    `digest` is the payload digest of §4.4 (lowercase hex SHA-256): equal digests mean equal bytes.
+    `digest` is the payload digest of §4.4 (lowercase hex SHA-256): equal digests mean equal bytes;
+    `decoded` the digest of its decoded values (scoring/decoded_digest.py), None where not computed.
     """
 
     meta: SubmissionMeta
     digest: str
     params: Mapping[str, SparseParam] = field(default_factory=dict)
     nbytes: int = 0
+    decoded: str | None = None
+
+    @property
+    def same_key(self) -> str:
+        """Equal keys: the same update, however it was encoded (the decoded digest where known)."""
+        return self.decoded or self.digest
 
     def norms(self) -> dict[str, float]:
         return param_norms(self.params)

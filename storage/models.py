@@ -121,6 +121,7 @@ class Submission(Base):
     size: Mapped[int | None] = mapped_column(BigInteger)
     payload_digest: Mapped[str | None] = mapped_column(DIGEST, index=True)
     content_digest: Mapped[str | None] = mapped_column(DIGEST, index=True)
+    decoded_digest: Mapped[str | None] = mapped_column(DIGEST, index=True)
     storage_time: Mapped[datetime | None]
     fetched_time: Mapped[datetime | None]
     first_seen: Mapped[float | None]

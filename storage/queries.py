@@ -54,13 +54,16 @@ def ratings_at(*, session: Session, window: int) -> dict[str, RatingRecord]:
 
 
 def seen_payload_digests(*, session: Session, digests: list[str], before_window: int) -> set[str]:
-    """The payload digests among `digests` already submitted in an earlier window (replays)."""
+    """The digests among `digests` already submitted in an earlier window (replays): payload digests
+    and decoded digests alike (a decoded digest names the update however it was encoded)."""
     if not digests:
         return set()
-    stmt = select(m.Submission.payload_digest).where(
-        m.Submission.window < before_window, m.Submission.payload_digest.in_(digests)
-    )
-    return {d for d in session.scalars(stmt.distinct()) if d is not None}
+    sub = m.Submission
+    seen: set[str] = set()
+    for column in (sub.payload_digest, sub.decoded_digest):
+        stmt = select(column).where(sub.window < before_window, column.in_(digests))
+        seen |= {d for d in session.scalars(stmt.distinct()) if d is not None}
+    return seen
 
 
 def aggregated_archived(

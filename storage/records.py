@@ -49,6 +49,7 @@ class SubmissionRecord:
     size: int | None = None
     payload_digest: str | None = None
     content_digest: str | None = None  # SHA-256 of the raw bytes: the archive key
+    decoded_digest: str | None = None  # of the decoded values, however encoded (scoring/decoded_digest.py)
     storage_time: datetime | None = None
     fetched_time: datetime | None = None
     # The validator's own first sight of the object (seconds) and how long before it the upload may

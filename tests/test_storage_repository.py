@@ -198,6 +198,14 @@ def test_seen_payload_digests_finds_only_earlier_windows(engine: Engine) -> None
         assert seen_payload_digests(session=s, digests=[old, new, "f" * 64], before_window=6) == {old}
         assert seen_payload_digests(session=s, digests=[old], before_window=5) == set()
         assert seen_payload_digests(session=s, digests=[], before_window=9) == set()
+    # A decoded digest (the update however encoded) counts as seen the same way.
+    again = make_window(7)
+    subs = [dataclasses.replace(again.submissions[0], decoded_digest="d" * 64), *again.submissions[1:]]
+    with session_scope(engine) as s:
+        commit_window(session=s, record=dataclasses.replace(again, submissions=subs))
+    with session_scope(engine) as s:
+        assert seen_payload_digests(session=s, digests=["d" * 64, old], before_window=8) == {"d" * 64, old}
+        assert seen_payload_digests(session=s, digests=["d" * 64], before_window=7) == set()
 
 
 def test_aggregated_archived_lists_only_gathered_submissions_of_the_windows_asked(engine: Engine) -> None:

@@ -238,7 +238,7 @@ def reject_copies(
         if p.update is not None and p.fetch is not None:
             seen, resolution = _sighting(p.fetch)
             update, ours = p.update, p.hotkey in linked
-            payloads.append(PeerPayload(p.hotkey, update.digest, seen, update.params, resolution, ours))
+            payloads.append(PeerPayload(p.hotkey, update.same_key, seen, update.params, resolution, ours))
     copies = examine_copies(payloads, cfg.uniqueness, seed=seed)
     worst = offences(copies.findings)
     out = []
@@ -263,12 +263,14 @@ def _sighting(f: FetchResult) -> tuple[float, float]:
 def reject_replays(
     peers: Sequence[PeerWindow], seen_before: Callable[[list[str]], set[str]]
 ) -> list[PeerWindow]:
-    """A payload already submitted in an earlier window is a replay, whoever re-signed it."""
-    digests = [p.update.digest for p in peers if p.update is not None]
+    """An update already submitted in an earlier window is a replay, whoever re-signed it and however
+    it was re-encoded: its payload digest or its decoded digest was seen before."""
+    keys = {p.hotkey: {p.update.digest, p.update.same_key} for p in peers if p.update is not None}
+    digests = sorted(set().union(*keys.values())) if keys else []
     seen = seen_before(digests) if digests else set()
     return [
-        p.reject(Reason.DUPLICATE_PAYLOAD, "payload already submitted in an earlier window")
-        if p.update is not None and p.update.digest in seen
+        p.reject(Reason.DUPLICATE_PAYLOAD, "update already submitted in an earlier window")
+        if keys.get(p.hotkey, set()) & seen
         else p
         for p in peers
     ]

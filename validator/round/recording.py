@@ -54,6 +54,7 @@ def submission_record(
         size=f.size if f is not None else None,
         payload_digest=p.update.digest if p.update is not None else None,
         content_digest=p.content_digest,
+        decoded_digest=p.update.decoded if p.update is not None else None,
         storage_time=_time(f.last_modified) if f is not None else None,
         fetched_time=_time(f.fetched_at) if f is not None and f.fetched_at else None,
         first_seen=f.first_seen if f is not None else None,
