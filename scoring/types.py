@@ -142,11 +142,6 @@ class SparseUpdate:
     nbytes: int = 0
     decoded: str | None = None
 
-    @property
-    def same_key(self) -> str:
-        """Equal keys: the same update, however it was encoded (the decoded digest where known)."""
-        return self.decoded or self.digest
-
     def norms(self) -> dict[str, float]:
         return param_norms(self.params)
 

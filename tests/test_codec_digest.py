@@ -105,8 +105,9 @@ class DigestLedger:
     def record(self, peers: list[PeerWindow], window: int) -> None:
         for p in peers:
             if p.valid and p.update is not None:  # the ledger stores both digests of a submission
-                for digest in (p.update.digest, p.update.same_key):
-                    self.windows.setdefault(digest, window)
+                for digest in (p.update.digest, p.update.decoded):
+                    if digest is not None:
+                        self.windows.setdefault(digest, window)
 
     def seen_before(self, digests: list[str], window: int) -> set[str]:
         return {d for d in digests if self.windows.get(d, window) < window}

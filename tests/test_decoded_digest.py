@@ -126,3 +126,49 @@ def test_through_the_round_and_its_database_a_re_encoded_replay_is_caught(
     stored = runner.round.ledger.window_detail(1)  # what window 2 looked up
     assert stored is not None and all(s.decoded_digest for s in stored.submissions if s.status == "ok")
     runner.round.ledger.engine.dispose()
+
+
+def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() -> None:
+    """The victim's bytes re-signed by a peer the polls never saw (timed by its own Last-Modified,
+    backdated), and a copy re-encoded to the same values: grouped by decoded digest, the unclear
+    twin came first in the group, every pair with it was unclear and the copier went unflagged."""
+    import hashlib
+
+    from scoring.ranking import Status
+    from scoring.signing import dev_keypair
+    from tests.codec_fixtures import BASE, UID
+    from validator.round.checking import CheckConfig, check_window, file_judge
+    from validator.round.outcomes import PeerTarget, PeerWindow
+    from validator.round.window import WindowSeed
+    from validator.stores.objstore import FetchResult
+
+    twin_key = dev_keypair("//gauntlet-test-backdated-twin")
+    original = make_file(0, fmt=FORMAT_V2)
+    files = {
+        KEY.ss58_address: (original, 10.0),
+        OTHER.ss58_address: (sign_tensors(doubled(dict(load(original))), FORMAT_V2, signer=OTHER), 20.0),
+        twin_key.ss58_address: (sign_tensors(dict(load(original)), FORMAT_V2, signer=twin_key), None),
+    }
+    for i in range(3):
+        key = dev_keypair(f"//gauntlet-test-honest-{i}")
+        files[key.ss58_address] = (
+            sign_tensors(dict(load(make_file(10 + i))), FORMAT_V2, signer=key),
+            30.0 + i,
+        )
+
+    def fetched(hotkey: str, data: bytes, seen: float | None) -> FetchResult:
+        if seen is None:  # never sighted: its store's Last-Modified, claimed long before
+            return FetchResult(hotkey, "ok", data=data, last_modified=0.0)
+        return FetchResult(hotkey, "ok", data=data, first_seen=seen, seen_resolution_s=1.0)
+
+    peers = [
+        PeerWindow(PeerTarget(UID, h, None), Status.OK, fetch=fetched(h, data, seen))
+        for h, (data, seen) in files.items()
+    ]
+    archive = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    judge = file_judge(window=WINDOW, base=BASE, spec=SPEC, cfg=CheckConfig(), archive=archive)
+    checked, _ = check_window(peers, judge, CheckConfig(), lambda digests: set(), WindowSeed("0" * 64))
+    by = {p.hotkey: p for p in checked}
+    assert by[OTHER.ss58_address].status == "invalid"
+    assert by[OTHER.ss58_address].reason in (Reason.COPY, Reason.DUPLICATE_PAYLOAD)
+    assert by[KEY.ss58_address].valid

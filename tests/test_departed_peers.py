@@ -137,3 +137,20 @@ def test_the_api_names_a_recycled_uids_new_holder(recycled_db: SeededDb) -> None
     assert (by_uid["hotkey"], by_uid["rank"]) == (NEW, 3)
     assert left.status_code == 404  # nobody holds uid 3 now
     assert old["rank"] is None and old["uid"] == 2 and old["rating"]["uid"] == DETACHED_UID
+
+
+def test_links_to_a_detached_peer_are_dropped() -> None:
+    """A detached peer submits nothing, so evidence about its pairs never moves again: kept, its
+    partner would stay linked (out of the residual consensus) until the ban ended."""
+    from scoring.ranking import PeerRating
+    from scoring.uniqueness import CopyCheck
+    from validator.round.rating import RankingConfig, _with_links
+
+    def rate(*peers: PeerRating) -> RatingState:
+        return _with_links(RatingState({p.hotkey: p for p in peers}, 5), CopyCheck([]), RankingConfig())
+
+    partner = PeerRating("partner", 0, 25.0, 8.0, links={"cheat": 0.9})
+    cheat = PeerRating("cheat", 1, 25.0, 8.0, ban_until=99, links={"partner": 0.9})
+    assert rate(partner, cheat).peers["partner"].links == {"cheat": 0.9}  # both registered: kept
+    out = rate(partner, dataclasses.replace(cheat, uid=DETACHED_UID))
+    assert out.peers["partner"].links == {} and out.peers["cheat"].links == {}

@@ -152,6 +152,13 @@ def test_a_non_finite_probe_step_loss_is_stored_as_not_measured(
     runner.round.ledger.engine.dispose()
 
 
+def test_replay_reads_a_stored_nan_as_not_measured() -> None:
+    """PostgreSQL kept a NaN probe loss before it was stored as None: no difference for that."""
+    row = replay.ReplayRow("h", 0, {"step_loss": math.nan, "score": 0.5}, {"step_loss": None, "score": 0.5})
+    assert row.differences(0.0) == []
+    assert replay.ReplayRow("h", 0, {"step_loss": 1.0}, {"step_loss": None}).differences(0.0) == ["step_loss"]
+
+
 def test_a_window_that_always_fails_is_committed_salvaged_and_the_secret_never_shows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_logs: Logs
 ) -> None:

@@ -17,7 +17,7 @@ from scoring.decoder import Expected
 from scoring.lazy_update import judge_submission
 from scoring.proof import proven
 from scoring.ranking import RatingConfig, RatingState, Status
-from scoring.types import DecodeResult, ParamSpec, Reason, Verdict
+from scoring.types import DecodeResult, ParamSpec, Reason, SparseUpdate, Verdict
 from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies, offences
 from scoring.wire import CodecConfig
 from validator.round.outcomes import PeerWindow
@@ -238,7 +238,8 @@ def reject_copies(
         if p.update is not None and p.fetch is not None:
             seen, resolution = _sighting(p.fetch)
             update, ours = p.update, p.hotkey in linked
-            payloads.append(PeerPayload(p.hotkey, update.same_key, seen, update.params, resolution, ours))
+            # by payload digest: a re-encoded copy goes through the pairwise check, which orients each pair
+            payloads.append(PeerPayload(p.hotkey, update.digest, seen, update.params, resolution, ours))
     copies = examine_copies(payloads, cfg.uniqueness, seed=seed)
     worst = offences(copies.findings)
     out = []
@@ -260,12 +261,16 @@ def _sighting(f: FetchResult) -> tuple[float, float]:
     return f.first_seen, math.inf if f.seen_resolution_s is None else f.seen_resolution_s
 
 
+def _digests(update: SparseUpdate) -> set[str]:
+    return {update.digest} if update.decoded is None else {update.digest, update.decoded}
+
+
 def reject_replays(
     peers: Sequence[PeerWindow], seen_before: Callable[[list[str]], set[str]]
 ) -> list[PeerWindow]:
     """An update already submitted in an earlier window is a replay, whoever re-signed it and however
     it was re-encoded: its payload digest or its decoded digest was seen before."""
-    keys = {p.hotkey: {p.update.digest, p.update.same_key} for p in peers if p.update is not None}
+    keys = {p.hotkey: _digests(p.update) for p in peers if p.update is not None}
     digests = sorted(set().union(*keys.values())) if keys else []
     seen = seen_before(digests) if digests else set()
     return [

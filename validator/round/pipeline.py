@@ -65,7 +65,7 @@ class WindowInputs:
     model: LlamaModel  # at the window's base
     dataset: Dataset
     ratings: RatingState  # after the window before
-    seen_before: Callable[[list[str]], set[str]]  # which payload digests earlier windows saw
+    seen_before: Callable[[list[str]], set[str]]  # which payload or decoded digests earlier windows saw
     judge: Judge  # decodes a file (built once: the live round's eager decoder uses the same)
     evaluator: Evaluator
     budget: Callable[[], int]  # how many peers the evaluation may take, asked when it starts

@@ -8,6 +8,7 @@ round's own `score_window`: checks, uniqueness, LossScore, the rating update and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,10 @@ FIELDS = (
 LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched")
 
 
+def _unmeasured(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayRow:
     hotkey: str
@@ -52,6 +57,8 @@ class ReplayRow:
         out = []
         for f in FIELDS:
             a, b = self.stored.get(f), self.recomputed.get(f)
+            if _unmeasured(a) and _unmeasured(b):  # a NaN stored on PostgreSQL before d4f33fe is None now
+                continue
             if isinstance(a, float) and isinstance(b, float):
                 if abs(a - b) > tolerance * max(1.0, abs(a)):
                     out.append(f)
