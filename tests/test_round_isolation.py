@@ -116,12 +116,17 @@ def test_a_non_finite_loss_is_no_score_and_the_window_commits(
     # replay evaluates it again (it stored no evaluation) and reaches the same verdict; the same
     # faulty evaluator stands in for what made the loss non-finite
     monkeypatch.setattr(replay, "evaluate_peers", non_finite_evaluator({a.uid}, value))
+    assert _replay_differences(runner, 1) == {a.hotkey: [], b.hotkey: []}
+    runner.round.ledger.engine.dispose()
+
+
+def _replay_differences(runner: DemoRunner, window: int) -> dict[str, list[str]]:
+    """What `gauntlet replay` finds different in the stored window, per peer (tolerance 0)."""
     rows = replay.replay_window(
-        1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        window, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
         dataset=runner.dataset, cfg=round_config(runner.settings),
     )  # fmt: skip
-    assert {r.hotkey: r.differences(0.0) for r in rows} == {a.hotkey: [], b.hotkey: []}
-    runner.round.ledger.engine.dispose()
+    return {r.hotkey: r.differences(0.0) for r in rows}
 
 
 @pytest.mark.parametrize("value", [math.nan, -math.inf], ids=["nan", "-inf"])
@@ -144,11 +149,7 @@ def test_a_non_finite_probe_step_loss_is_stored_as_not_measured(
         a.hotkey: True, b.hotkey: False,
     }  # fmt: skip
     monkeypatch.setattr(replay, "evaluate_peers", faulty)
-    rows = replay.replay_window(
-        1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
-        dataset=runner.dataset, cfg=round_config(runner.settings),
-    )  # fmt: skip
-    assert {r.hotkey: r.differences(0.0) for r in rows} == {a.hotkey: [], b.hotkey: []}
+    assert _replay_differences(runner, 1) == {a.hotkey: [], b.hotkey: []}
     runner.round.ledger.engine.dispose()
 
 
