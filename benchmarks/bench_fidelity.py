@@ -54,7 +54,7 @@ import torch  # noqa: E402
 
 from scoring.corpus import generate_corpus  # noqa: E402
 from scoring.persistence import over_alarm  # noqa: E402
-from scoring.ranking import DETACHED_UID, PeerRating  # noqa: E402
+from scoring.ranking import PeerRating  # noqa: E402
 from storage.ranking import rank_key  # noqa: E402
 from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
@@ -212,7 +212,7 @@ def board(runner: DemoRunner, behaviour: dict[str, str]) -> list[tuple[str, floa
 
 
 def ranked(runner: DemoRunner) -> list[PeerRating]:
-    peers = [r for r in runner.state.ratings.peers.values() if r.uid != DETACHED_UID]  # as the API
+    peers = [r for r in runner.state.ratings.peers.values() if not r.detached]  # as the API
     return sorted(peers, key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated))
 
 

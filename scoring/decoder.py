@@ -40,7 +40,7 @@ from scoring.wire import (
 )
 
 __all__ = [
-    "UNEXPECTED", "Data", "Expected", "Rejected", "Summary", "decode_stored", "decode_submission",
+    "REREAD", "UNEXPECTED", "Data", "Expected", "Rejected", "Summary", "decode_stored", "decode_submission",
     "read_format", "submission_digest", "summarize_submission",
 ]  # fmt: skip
 UNEXPECTED = "decoder could not parse the file"  # the detail of a verdict from the catch-all boundary
@@ -55,6 +55,14 @@ class Expected:
     hotkey: str | None = None
     base: str | None = None
     verify_signature: bool = True
+    # the decoded digest (replay detection): re-reads of a file accepted before skip it, a pass over
+    # every kept value that only the window's checks use
+    digest_values: bool = True
+
+
+# A file read again after the window's checks accepted it (an archived update): its signature and
+# identity were checked then, and its decoded digest recorded.
+REREAD = Expected(verify_signature=False, digest_values=False)
 
 
 def decode_submission(
@@ -67,7 +75,7 @@ def decode_submission(
         meta, _, entries, positions, digest = _checked(data, spec, expect, cfg)
         tensors = {name: view(data, e) for name, e in entries.items()}
         params = {name: _decode(name, shape, tensors, cfg, positions) for name, shape in spec.items()}
-        decoded = digest_of(params)
+        decoded = digest_of(params) if expect.digest_values else None
     except Rejected as r:
         return DecodeResult(Verdict.reject(r.reason, r.detail), None, meta)
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
@@ -87,7 +95,7 @@ class Summary:
     entries: Mapping[str, Entry]
     norms: Mapping[str, float]
     nbytes: int
-    decoded: str  # the decoded values' digest (scoring/decoded_digest.py)
+    decoded: str | None  # the decoded values' digest (scoring/decoded_digest.py), if asked for
 
 
 def summarize_submission(
@@ -104,7 +112,9 @@ def summarize_submission(
         parts: dict[str, bytes] = {}
         for name, shape in spec.items():
             param = _decode(name, shape, tensors, cfg, positions)
-            norms[name], parts[name] = param.norm(), param_digest(name, param)
+            norms[name] = param.norm()
+            if expect.digest_values:
+                parts[name] = param_digest(name, param)
             del param
             positions.pop(name, None)  # each stream's positions freed once its parameter is checked
         del tensors
@@ -112,7 +122,8 @@ def summarize_submission(
         return Verdict.reject(r.reason, r.detail), meta, None
     except Exception as e:  # the boundary for hostile bytes: a verdict, never a crash
         return _unexpected(e), meta, None
-    summary = Summary(meta, digest, fmt, entries, norms, len(data), decoded_digest(parts))
+    decoded = decoded_digest(parts) if expect.digest_values else None
+    summary = Summary(meta, digest, fmt, entries, norms, len(data), decoded)
     return Verdict.accept(), meta, summary
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
-from scoring.ranking import DETACHED_UID, PeerRating, RatingState
+from scoring.ranking import PeerRating, RatingState
 
 
 def with_aggregated(state: RatingState, gathered: Collection[str], window: int) -> RatingState:
@@ -51,5 +51,5 @@ def ranked_by_uid(state: RatingState, window: int, paid_windows: int) -> list[tu
     unrated = sorted({p.ordinal for p in peers if p.final <= 0.0 and p.ordinal <= 0.0}, reverse=True)
     step = {o: floor * (len(unrated) - i) / (len(unrated) + 1) for i, o in enumerate(unrated)}
     scores = {p.uid: p.final if p.final > 0.0 else step.get(p.ordinal, 0.0) for p in peers}
-    pairs = [(p.uid, scores.get(p.uid, 0.0)) for p in state.peers.values() if p.uid != DETACHED_UID]
+    pairs = [(p.uid, scores.get(p.uid, 0.0)) for p in state.peers.values() if not p.detached]
     return sorted(pairs, key=lambda r: (-r[1], r[0]))

@@ -111,6 +111,11 @@ class PeerRating:
     def banned(self, window: int) -> bool:
         return window < self.ban_until
 
+    @property
+    def detached(self) -> bool:
+        """A banned hotkey kept after its uid went to another one (`DETACHED_UID`)."""
+        return self.uid == DETACHED_UID
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"links": dict(sorted(self.links.items()))}
 
@@ -175,7 +180,7 @@ def update_ratings(
     for hotkey, peer in state.peers.items():
         if hotkey in known:
             continue
-        if peer.uid == DETACHED_UID or _recycled(peer, outcomes):
+        if peer.detached or _recycled(peer, outcomes):
             if peer.banned(window):  # the uid went to another hotkey; the ban stays with this one
                 peers[hotkey] = replace(fresh_rating(hotkey, DETACHED_UID, cfg), ban_until=peer.ban_until)
             continue

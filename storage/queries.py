@@ -53,7 +53,7 @@ def ratings_at(*, session: Session, window: int) -> dict[str, RatingRecord]:
     return {r.hotkey: _rating(r) for r in rows}
 
 
-def seen_payload_digests(*, session: Session, digests: list[str], before_window: int) -> set[str]:
+def seen_digests(*, session: Session, digests: list[str], before_window: int) -> set[str]:
     """The digests among `digests` already submitted in an earlier window (replays): payload digests
     and decoded digests alike (a decoded digest names the update however it was encoded)."""
     if not digests:

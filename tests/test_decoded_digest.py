@@ -172,3 +172,17 @@ def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() ->
     assert by[OTHER.ss58_address].status == "invalid"
     assert by[OTHER.ss58_address].reason in (Reason.COPY, Reason.DUPLICATE_PAYLOAD)
     assert by[KEY.ss58_address].valid
+
+
+def test_re_reads_of_accepted_files_skip_the_decoded_digest() -> None:
+    """The archive's re-reads (the outer step, the recycling check) do not pay for a digest only the
+    window's checks use; the verdict and tensors are the same."""
+    from scoring.decoder import REREAD
+
+    original = make_file(0, fmt=FORMAT_V2)
+    again = decode_submission(original, SPEC, REREAD)
+    assert again.update is not None and again.update.decoded is None
+    _, _, summary = summarize_submission(original, SPEC, REREAD)
+    assert summary is not None and summary.decoded is None
+    for name in SPEC:
+        assert torch.equal(again.update.params[name].values, update_of(original).params[name].values)

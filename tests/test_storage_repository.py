@@ -17,7 +17,7 @@ from storage.queries import (
     peer_history,
     peer_summary,
     ratings_at,
-    seen_payload_digests,
+    seen_digests,
     selection,
     weight_sets,
     window_detail,
@@ -186,7 +186,7 @@ def test_ratings_at_is_exactly_one_windows_state(engine: Engine) -> None:
     assert at6 == {r.hotkey: r for r in second.ratings}  # peers dropped after 5 are not resurrected
 
 
-def test_seen_payload_digests_finds_only_earlier_windows(engine: Engine) -> None:
+def test_seen_digests_finds_only_earlier_windows(engine: Engine) -> None:
     first, second = make_window(5), make_window(6)
     with session_scope(engine) as s:
         commit_window(session=s, record=first)
@@ -195,17 +195,17 @@ def test_seen_payload_digests_finds_only_earlier_windows(engine: Engine) -> None
     new = second.submissions[0].payload_digest
     assert old is not None and new is not None
     with session_scope(engine) as s:
-        assert seen_payload_digests(session=s, digests=[old, new, "f" * 64], before_window=6) == {old}
-        assert seen_payload_digests(session=s, digests=[old], before_window=5) == set()
-        assert seen_payload_digests(session=s, digests=[], before_window=9) == set()
+        assert seen_digests(session=s, digests=[old, new, "f" * 64], before_window=6) == {old}
+        assert seen_digests(session=s, digests=[old], before_window=5) == set()
+        assert seen_digests(session=s, digests=[], before_window=9) == set()
     # A decoded digest (the update however encoded) counts as seen the same way.
     again = make_window(7)
     subs = [dataclasses.replace(again.submissions[0], decoded_digest="d" * 64), *again.submissions[1:]]
     with session_scope(engine) as s:
         commit_window(session=s, record=dataclasses.replace(again, submissions=subs))
     with session_scope(engine) as s:
-        assert seen_payload_digests(session=s, digests=["d" * 64, old], before_window=8) == {"d" * 64, old}
-        assert seen_payload_digests(session=s, digests=["d" * 64], before_window=7) == set()
+        assert seen_digests(session=s, digests=["d" * 64, old], before_window=8) == {"d" * 64, old}
+        assert seen_digests(session=s, digests=["d" * 64], before_window=7) == set()
 
 
 def test_aggregated_archived_lists_only_gathered_submissions_of_the_windows_asked(engine: Engine) -> None:

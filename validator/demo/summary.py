@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scoring.ranking import DETACHED_UID, RatingState
+from scoring.ranking import RatingState
 from storage.ranking import rank_key
 from validator.demo.fidelity import honest_spearman
 from validator.round.loop import WindowReport
@@ -40,7 +40,7 @@ class DemoSummary:
                 aggregated[h] = aggregated.get(h, 0) + 1
         # The API's ranking rule, so the table, /v1/peers and the dashboard agree.
         ranked = sorted(
-            (r for r in state.peers.values() if r.uid != DETACHED_UID),
+            (r for r in state.peers.values() if not r.detached),
             key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated),
         )
         return [

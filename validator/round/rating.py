@@ -16,7 +16,6 @@ from scoring.page_test import own_t
 from scoring.persistence import PersistenceConfig, drifting
 from scoring.proof import proven
 from scoring.ranking import (
-    DETACHED_UID,
     PeerOutcome,
     RatingConfig,
     RatingState,
@@ -135,7 +134,7 @@ def _with_links(rated: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Ra
     links = update_links(before, copies.compared, copies.resemblances, cfg.links)
     # A detached peer (its uid taken, its ban remembered) submits nothing: links to it would never
     # fade, and keep its partner out of the residual consensus until the ban ends.
-    live = {h for h, p in rated.peers.items() if p.uid != DETACHED_UID}
+    live = {h for h, p in rated.peers.items() if not p.detached}
     linked = {
         h: replace(p, links={o: v for o, v in links.get(h, {}).items() if o in live} if h in live else {})
         for h, p in rated.peers.items()

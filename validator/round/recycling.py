@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from scoring.decoder import Expected
+from scoring.decoder import REREAD
 from scoring.lazy_update import judge_file
 from scoring.recycling import Earlier, EarlierRows, find_recycled
 from scoring.similarity import Block, sampled
@@ -55,7 +55,7 @@ def earlier_loader(ledger: Ledger, window: int, spec: ParamSpec, cfg: CheckConfi
                     missing += 1
                     continue
                 # accepted when it was judged: its signature and window were checked then
-                result = judge_file(path, spec, Expected(verify_signature=False), cfg.codec)
+                result = judge_file(path, spec, REREAD, cfg.codec)
                 if result.update is not None:
                     idx, val = sampled([result.update.params], blocks)
                     out.append(Earlier(hotkey, w, idx[0], val[0]))

@@ -17,7 +17,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
 from scoring.aggregation import aggregate_into
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import REREAD, decode_submission
 from scoring.fingerprint import next_base
 from scoring.lazy_update import judge_file
 from scoring.model import LlamaModel, param_spec
@@ -77,7 +77,7 @@ def load_model_bytes(model: LlamaModel, data: bytes) -> None:
 
 def decode_archived(data: bytes, model: LlamaModel, codec: CodecConfig) -> Mapping[str, SparseParam]:
     """Re-decode a submission that was accepted when it was judged (its bytes are content-addressed)."""
-    result = decode_submission(data, param_spec(model), Expected(verify_signature=False), codec)
+    result = decode_submission(data, param_spec(model), REREAD, codec)
     if result.update is None:
         raise ValueError(f"archived submission no longer decodes: {result.verdict}")
     return result.update.params
@@ -89,7 +89,7 @@ def stored_archived(
     """`decode_archived`, its parameters left in a file at `path` and decoded when read (bit-identical):
     a window's aggregate is replayed one parameter at a time instead of holding every decoded update."""
     path.write_bytes(data)
-    result = judge_file(path, param_spec(model), Expected(verify_signature=False), codec)
+    result = judge_file(path, param_spec(model), REREAD, codec)
     if result.update is None:
         raise ValueError(f"archived submission no longer decodes: {result.verdict}")
     return result.update.params

@@ -81,9 +81,7 @@ class Ledger:
         return outcome
 
     def seen_before(self, digests: list[str], window: int) -> set[str]:
-        return self._tx(
-            lambda s: queries.seen_payload_digests(session=s, digests=digests, before_window=window)
-        )
+        return self._tx(lambda s: queries.seen_digests(session=s, digests=digests, before_window=window))
 
     def aggregated_archived(self, window: int, windows: int) -> list[tuple[int, str, str]]:
         """(window, hotkey, content digest) of the submissions aggregated in the `windows` windows

@@ -10,7 +10,7 @@ import safetensors.numpy
 import torch
 
 from scoring.data import batches
-from scoring.decoder import Expected, Rejected, decode_submission, submission_digest
+from scoring.decoder import REREAD, Rejected, decode_submission, submission_digest
 from scoring.encoder import signed_file
 from scoring.model import param_spec
 from scoring.train import train_inner
@@ -59,7 +59,7 @@ def decoded(ctx: PeerContext, data: bytes) -> Dense:
 
 def decode_dense(data: bytes, model: torch.nn.Module, codec: CodecConfig) -> Dense:
     """`decoded` for callers without a peer's context (benchmarks reading what peers published)."""
-    result = decode_submission(data, param_spec(model), Expected(verify_signature=False), codec)
+    result = decode_submission(data, param_spec(model), REREAD, codec)
     return {} if result.update is None else {n: p.dense() for n, p in result.update.params.items()}
 
 
