@@ -55,7 +55,7 @@ import torch  # noqa: E402
 from scoring.corpus import generate_corpus  # noqa: E402
 from scoring.persistence import over_alarm  # noqa: E402
 from scoring.ranking import PeerRating  # noqa: E402
-from storage.ranking import rank_key  # noqa: E402
+from storage.ranking import ranked as storage_ranked  # noqa: E402
 from validator.demo.runner import DemoConfig, DemoRunner  # noqa: E402
 from validator.demo.sim.behaviours import HONEST_CONTRIBUTION  # noqa: E402
 from validator.demo.sim.plugins import parse_peers  # noqa: E402
@@ -212,8 +212,7 @@ def board(runner: DemoRunner, behaviour: dict[str, str]) -> list[tuple[str, floa
 
 
 def ranked(runner: DemoRunner) -> list[PeerRating]:
-    peers = [r for r in runner.state.ratings.peers.values() if not r.detached]  # as the API
-    return sorted(peers, key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated))
+    return storage_ranked(runner.state.ratings.peers.values())  # the API's board
 
 
 def adversary_share(runner: DemoRunner, honest: set[str], chosen: set[str]) -> tuple[float, int]:

@@ -6,11 +6,11 @@ from collections.abc import Collection
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import Select, func, inspect, select, text
 from sqlalchemy.orm import Session
 
 from storage import models as m
-from storage.ranking import rank_key
+from storage.ranking import ranked
 from storage.records import (
     COMMITTED,
     CopyPairRecord,
@@ -89,12 +89,12 @@ def aggregated_archived(
 
 
 def leaderboard(*, session: Session, limit: int | None = None) -> list[LeaderboardEntry]:
-    """The peers of the newest rating state in `rank_key` order, best first (rank 1).
+    """The peers of the newest committed window's rating state in `ranked` order (rank 1 is best).
 
-    Every window writes every peer its state still holds, so a row the newest window did not write
-    is a peer the state dropped (its uid recycled, or gone past the inactivity reset): it keeps its
-    detail and history but holds no rank and no uid. A detached peer (uid < 0) is a ban remembered
-    for a hotkey that holds no uid; it is not a ranked peer either.
+    Every committed window writes every peer its state still holds, so a row the newest window did
+    not write is a peer the state dropped (its uid recycled, or gone past the inactivity reset): it
+    keeps its detail and history but holds no rank. Keyed on the newest committed window, not on
+    the newest rating row: a window whose state holds nobody (every peer gone) empties the board.
     """
     cols = (
         m.Rating.hotkey,
@@ -102,15 +102,13 @@ def leaderboard(*, session: Session, limit: int | None = None) -> list[Leaderboa
         m.Rating.mu,
         m.Rating.sigma,
         m.Rating.bma,
-        m.Rating.final_score,
+        m.Rating.final_score.label("final"),
         m.Rating.last_evaluated_window,
         m.Rating.updated_window,
-        m.Rating.state["last_aggregated"].as_integer(),  # one field, not every peer's whole state
+        m.Rating.state["last_aggregated"].as_integer().label("last_aggregated"),  # one field, not the state
     )
-    newest = select(func.max(m.Rating.updated_window)).scalar_subquery()
-    current = select(*cols).where(m.Rating.updated_window == newest, m.Rating.uid >= 0)
-    # Sorted here, not in SQL, so that the one rule is spelled once (one row per peer: small).
-    rows = sorted(session.execute(current), key=lambda r: rank_key(r[5], r[2], r[3], r[1], r[0], r[8]))
+    newest = _newest_committed().scalar_subquery()
+    rows = ranked(session.execute(select(*cols).where(m.Rating.updated_window == newest)))
     return [LeaderboardEntry(i, *row[:8]) for i, row in enumerate(rows[:limit], start=1)]
 
 
@@ -155,9 +153,12 @@ def schema_revision(*, session: Session) -> str | None:
     return revision
 
 
+def _newest_committed() -> Select[int]:
+    return select(func.max(m.Window.window)).where(m.Window.state == COMMITTED)
+
+
 def latest_committed_window(*, session: Session) -> int | None:
-    stmt = select(func.max(m.Window.window)).where(m.Window.state == COMMITTED)
-    return session.scalar(stmt)
+    return session.scalar(_newest_committed())
 
 
 def window_state(*, session: Session, window: int) -> str | None:

@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
 
 from storage.records import ordinal
+
+
+class Rankable(Protocol):
+    """What the rule reads of a peer: a rating in memory or a rating row read back."""
+
+    @property
+    def final(self) -> float: ...
+    @property
+    def mu(self) -> float: ...
+    @property
+    def sigma(self) -> float: ...
+    @property
+    def uid(self) -> int: ...
+    @property
+    def hotkey(self) -> str: ...
+    @property
+    def last_aggregated(self) -> int | None: ...
+
+
+R = TypeVar("R", bound=Rankable)
 
 
 def rank_key(
@@ -23,3 +44,10 @@ def rank_key(
     makes it total."""
     recency = -1 if last_aggregated is None else last_aggregated
     return (-final_score, -recency, -ordinal(mu, sigma), uid, hotkey)
+
+
+def ranked(peers: Iterable[R]) -> list[R]:
+    """The leaderboard, best first: every peer that holds a uid, in `rank_key` order. A detached
+    peer (uid < 0: a ban remembered for a hotkey that holds no uid) is not a ranked peer."""
+    held = (p for p in peers if p.uid >= 0)
+    return sorted(held, key=lambda p: rank_key(p.final, p.mu, p.sigma, p.uid, p.hotkey, p.last_aggregated))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -154,3 +155,20 @@ def test_links_to_a_detached_peer_are_dropped() -> None:
     assert rate(partner, cheat).peers["partner"].links == {"cheat": 0.9}  # both registered: kept
     out = rate(partner, dataclasses.replace(cheat, uid=DETACHED_UID))
     assert out.peers["partner"].links == {} and out.peers["cheat"].links == {}
+
+
+def test_a_window_whose_state_holds_nobody_empties_the_leaderboard(tmp_path: Path) -> None:
+    """Every peer gone: the newest committed window writes no rating, and the board must not fall
+    back to the previous window's peers (it keyed on the newest rating row before)."""
+    db = seeded_database(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        with session_scope(db.engine) as s:
+            assert len(leaderboard(session=s)) > 0
+            gone = {f: [] for f in ("submissions", "evaluations", "ratings", "selections", "penalties")}
+            empty = dataclasses.replace(window_record(N_WINDOWS + 1), copy_pairs=[], **gone)
+            commit_window(session=s, record=empty)
+        with session_scope(db.engine) as s:
+            assert leaderboard(session=s) == []
+            assert peer_summary(session=s, hotkey=hotkey(0)) is not None  # its detail stays
+    finally:
+        db.engine.dispose()

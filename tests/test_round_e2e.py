@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scoring.types import Reason
-from storage.ranking import rank_key
+from storage.ranking import ranked
 from tests.e2e_fixtures import FIRST, WINDOWS, ScenarioRun
 
 ADVERSARIES = {"lazy", "copycat", "replay", "noise", "scaled", "stale", "late", "malformed", "free_rider"}
@@ -60,9 +60,7 @@ def test_after_warm_up_honest_peers_rank_first_and_alone_are_aggregated(scenario
     # equals the Plackett-Luce match spreads ordinals around 0: one or two sit under it, hence at a
     # final score of 0, by the machine's float kernels; such a peer still ranks, and is paid, above
     # every peer the aggregate left out)
-    board = sorted(
-        ratings.values(), key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated)
-    )
+    board = ranked(ratings.values())
     assert {r.hotkey for r in board[: len(honest)]} == set(honest)
     assert all(ratings[h].last_aggregated == FIRST + WINDOWS - 1 for h in honest)
     assert board[0].final > 0.0 and sum(finals[h] > 0.0 for h in honest) >= len(honest) // 2

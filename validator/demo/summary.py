@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scoring.ranking import RatingState
-from storage.ranking import rank_key
+from storage.ranking import ranked
 from validator.demo.fidelity import honest_spearman
 from validator.round.loop import WindowReport
 
@@ -39,10 +39,7 @@ class DemoSummary:
             for h in row["selected"]:
                 aggregated[h] = aggregated.get(h, 0) + 1
         # The API's ranking rule, so the table, /v1/peers and the dashboard agree.
-        ranked = sorted(
-            (r for r in state.peers.values() if not r.detached),
-            key=lambda r: rank_key(r.final, r.mu, r.sigma, r.uid, r.hotkey, r.last_aggregated),
-        )
+        board = ranked(state.peers.values())
         return [
             {
                 "uid": r.uid,
@@ -55,7 +52,7 @@ class DemoSummary:
                 "bma": r.bma,
                 "aggregated_windows": aggregated.get(r.hotkey, 0),
             }
-            for i, r in enumerate(ranked)
+            for i, r in enumerate(board)
         ]
 
     def to_json(self, state: RatingState) -> dict[str, Any]:
