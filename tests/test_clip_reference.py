@@ -8,7 +8,8 @@ import torch
 from scoring.proof import proven
 from scoring.ranking import PeerRating, RatingConfig, RatingState
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
-from validator.round.checking import CheckConfig, clip_reference, proven_peers
+from validator.round.check_config import CheckConfig
+from validator.round.norms import clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow
 
 

@@ -20,7 +20,8 @@ from scoring.signing import Signer, dev_keypair
 from scoring.types import Reason, SparseUpdate, Verdict
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
-from validator.round.checking import CheckConfig, check_window, file_judge
+from validator.round.check_config import CheckConfig
+from validator.round.checking import check_window, file_judge
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult

@@ -137,7 +137,8 @@ def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() ->
     from scoring.ranking import Status
     from scoring.signing import dev_keypair
     from tests.codec_fixtures import BASE, UID
-    from validator.round.checking import CheckConfig, check_window, file_judge
+    from validator.round.check_config import CheckConfig
+    from validator.round.checking import check_window, file_judge
     from validator.round.outcomes import PeerTarget, PeerWindow
     from validator.round.window import WindowSeed
     from validator.stores.objstore import FetchResult

@@ -15,9 +15,10 @@ from scoring.ranking import PeerOutcome, PeerRating, RatingConfig, RatingState, 
 from scoring.uniqueness import CopyCheck
 from tests.test_selection import rating, sized, stepped
 from validator.chain.protocol import WindowConfig
-from validator.round.checking import CheckConfig, clip_reference, proven_peers
+from validator.round.check_config import CheckConfig
 from validator.round.config import RoundConfig
 from validator.round.drift import Drift
+from validator.round.norms import clip_reference, proven_peers
 from validator.round.outcomes import PeerWindow
 from validator.round.pipeline import WindowContext, rate_and_select
 from validator.round.rating import RankingConfig, outside_match, rate_window, select_window, twins_of

@@ -156,7 +156,7 @@ def test_the_loader_reads_aggregated_submissions_back_and_skips_pruned_ones() ->
     from scoring.similarity import sample_blocks, sampled
     from scoring.uniqueness import UniquenessConfig
     from tests.codec_fixtures import SPEC, make_file  # a valid signed submission of a small spec
-    from validator.round.checking import CheckConfig
+    from validator.round.check_config import CheckConfig
     from validator.round.recycling import earlier_loader
 
     data = make_file(0)

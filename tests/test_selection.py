@@ -17,7 +17,8 @@ from scoring.selection import Candidate, SelectionConfig, left_out_for_cause, se
 from scoring.twins import Twins
 from scoring.types import SparseParam, SparseUpdate, SubmissionMeta
 from scoring.uniqueness import CopyCheck
-from validator.round.checking import CheckConfig, clip_reference, proven_peers
+from validator.round.check_config import CheckConfig
+from validator.round.norms import clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.rating import (
     RankingConfig,

@@ -206,7 +206,8 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
     import threading
 
     from tests.codec_fixtures import SPEC, make_file
-    from validator.round.checking import CheckConfig, EagerDecoder, file_judge
+    from validator.round.check_config import CheckConfig
+    from validator.round.checking import EagerDecoder, file_judge
     from validator.round.outcomes import PeerTarget, PeerWindow
     from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key, publish
 

@@ -19,8 +19,9 @@ from validator.chain.local import LocalChain, LocalChainConfig
 from validator.chain.protocol import Neuron
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
-from validator.round.checking import CheckConfig, reject_norm_outliers
+from validator.round.check_config import CheckConfig
 from validator.round.fetching import read_targets
+from validator.round.norms import reject_norm_outliers
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.service import Retry, _reconnect, serve
 from validator.settings import Settings
@@ -168,6 +169,23 @@ def test_zero_updates_cannot_make_honest_peers_norm_outliers() -> None:
     )
     out = {p.hotkey: p.reason for p in reject_norm_outliers(peers, CheckConfig())}
     assert [h for h, reason in out.items() if reason == Reason.NORM_OUTLIER] == ["x"]
+
+
+def test_tiny_sybils_cannot_make_honest_peers_norm_outliers() -> None:
+    """Four sybils at 1e-6 against three honest peers owned the median of every valid norm, and every
+    honest update was rejected `norm_outlier` (the audit's reproduction). Once peers are proven their
+    norms are the reference; before, the upper half's median is, which the sybils cannot lower."""
+    sybils = [_peer(f"s{i}", 1e-6) for i in range(4)]
+    peers = [_peer(f"h{i}", 1.0) for i in range(3)] + sybils + [_peer("x", 1e3)]
+    for proven in (frozenset({"h0", "h1"}), frozenset()):
+        out = {p.hotkey: p.reason for p in reject_norm_outliers(peers, CheckConfig(), proven)}
+        assert [h for h, reason in out.items() if reason == Reason.NORM_OUTLIER] == ["x"], proven
+    # a proven peer that sends a tiny update does not become the reference on its own
+    out = {p.hotkey: p.reason for p in reject_norm_outliers(peers, CheckConfig(), frozenset({"s0"}))}
+    assert [h for h, reason in out.items() if reason == Reason.NORM_OUTLIER] == ["x"]
+    # three sybils to one: the upper half is theirs too, so only proven peers protect a new network
+    crowd = [_peer("h0", 1.0), *(_peer(f"s{i}", 1e-6) for i in range(4))]
+    assert reject_norm_outliers(crowd, CheckConfig(), frozenset({"h0"}))[0].reason is None
 
 
 def test_config_show_masks_the_selection_bucket_credentials() -> None:

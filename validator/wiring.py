@@ -26,7 +26,7 @@ from storage import migrate
 from storage.archive import ArchiveConfig, BlobStore, LocalBlobStore, ObjectBlobStore, SubmissionArchive
 from storage.db import make_engine
 from validator.chain.protocol import BLOCK_SECONDS, Chain, WindowConfig
-from validator.round.checking import CheckConfig
+from validator.round.check_config import CheckConfig
 from validator.round.config import RoundConfig
 from validator.round.loop import Judging, Round, WindowState
 from validator.round.publishing import SelectionPublisher

@@ -9,7 +9,7 @@ from pydantic import SecretBytes
 from scoring.consensus import OUTER_LR
 from scoring.eval_plan import EvalConfig
 from validator.chain.protocol import WindowConfig
-from validator.round.checking import CheckConfig
+from validator.round.check_config import CheckConfig
 from validator.round.rating import RankingConfig
 
 

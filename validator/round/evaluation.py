@@ -27,8 +27,7 @@ from scoring.model import LlamaModel
 from scoring.ranking import RatingState
 from scoring.sampling import History, sample_for_evaluation
 from scoring.types import Reason
-from validator.round.checking import judging_failed
-from validator.round.outcomes import PeerWindow
+from validator.round.outcomes import PeerWindow, judging_failed
 from validator.round.window import WindowSeed
 from validator.workers.stats import WorkerStats, in_process
 

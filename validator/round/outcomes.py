@@ -5,14 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+import structlog
+
 from scoring.loss_score import PeerEval
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
-from scoring.types import SparseUpdate
+from scoring.types import Reason, SparseUpdate
 from scoring.uniqueness import CopyFinding, CopyTier
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchResult
 from validator.workers.stats import WorkerStats
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,13 @@ class PeerWindow:
     def reject(self, reason: str, detail: str) -> PeerWindow:
         """The same peer, now invalid; the decoded update is dropped so nothing downstream uses it."""
         return replace(self, status=Status.INVALID, reason=reason, detail=detail, update=None)
+
+
+def judging_failed(p: PeerWindow, stage: str, error: BaseException) -> PeerWindow:
+    """The peer whose judging raised: invalid (`internal_error`), the traceback in the log. The
+    stored detail names only the exception type: messages may quote what the peer sent."""
+    log.error("peer_judging_failed", stage=stage, hotkey=p.hotkey, uid=p.uid, exc_info=error)
+    return p.reject(Reason.INTERNAL_ERROR, f"{stage} raised {type(error).__name__}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from scoring.recycling import EarlierRows
 from scoring.selection import Selection
 from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck
-from validator.round.checking import Judge, check_window, clip_reference, proven_peers
+from validator.round.checking import Judge, Standing, check_window
 from validator.round.config import RoundConfig
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
@@ -32,6 +32,7 @@ from validator.round.evaluation import (
     evaluate_window,
     heldout,
 )
+from validator.round.norms import clip_reference, proven_peers
 from validator.round.outcomes import PeerWindow, Scored
 from validator.round.rating import linked_peers, rate_window, select_window, twins_of
 from validator.round.recording import recordable
@@ -110,12 +111,14 @@ def _check(
 ) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
     # peers linked before this window leave the links' consensus (scoring/uniqueness.py)
-    linked = linked_peers(inputs.ratings, cfg.ranking)
-    checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, linked)
+    standing = Standing(
+        linked=frozenset(linked_peers(inputs.ratings, cfg.ranking)),
+        proven=proven_peers(inputs.ratings, cfg.ranking.rating),
+    )
+    checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, standing)
     # another sample of chunks than the copy check's: seed + 1
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
-    trusted = proven_peers(inputs.ratings, cfg.ranking.rating)
-    return checked, copies, clip_reference(checked, cfg.check, trusted)
+    return checked, copies, clip_reference(checked, cfg.check, standing.proven)
 
 
 def _drift(ctx: WindowContext, peers: list[PeerWindow], inputs: WindowInputs) -> Drift:

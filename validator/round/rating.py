@@ -201,7 +201,8 @@ def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resem
             later.add(b if first == a else a)
     unclear = [f for f in copies.findings if not f.clear]
     same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD]
-    twins = Twins(tuple(sorted(unclear_pairs(unclear))), tuple(sorted(same)), tuple(sorted(linked)))
+    pairs = tuple(sorted(unclear_pairs(unclear)))
+    twins = Twins(pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen)
     return Resembling(twins, frozenset(later))
 
 

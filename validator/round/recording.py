@@ -23,8 +23,7 @@ from storage.records import (
     WindowRecord,
 )
 from storage.sketch_rows import SketchRecord
-from validator.round.checking import judging_failed
-from validator.round.outcomes import PeerWindow, Scored
+from validator.round.outcomes import PeerWindow, Scored, judging_failed
 from validator.stores.objstore import object_key
 
 

@@ -22,7 +22,7 @@ from scoring.lazy_update import judge_file
 from scoring.recycling import Earlier, EarlierRows, find_recycled
 from scoring.similarity import Block, sampled
 from scoring.types import ParamSpec, Reason
-from validator.round.checking import CheckConfig
+from validator.round.check_config import CheckConfig
 from validator.round.outcomes import PeerWindow
 from validator.state.ledger import Ledger
 
