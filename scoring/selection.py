@@ -13,8 +13,8 @@ dilutes the mean. Each aggregated update is weighted by its measured contributio
 (`contribution_weights`): proven but weak honest work still counts, a little. Of a pair of
 near-identical payloads whose upload order is unclear, or of updates that keep resembling each
 other across windows (`twins`: unclear copy findings and scoring/links.py), only one is
-aggregated: the better rated, then the smaller key; a group of three or more linked across windows
-(colluders sharing a hidden direction) is left out entirely (scoring/twins.py).
+aggregated: the one the validator saw upload, then the better rated; a group of three or more
+linked across windows (colluders sharing a hidden direction) is left out entirely (scoring/twins.py).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def select_aggregation(
     _, admissible, floor = _sifted(candidates, cfg)
     gains = [c.gain for c in admissible if c.gain is not None]
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    verdict = judge_twins({c.key for c in candidates}, kept, lambda k: (-kept[k].final, k), twins)
+    verdict = judge_twins({c.key for c in candidates}, kept, lambda k: kept[k].final, twins)
     for k in verdict.grouped | verdict.lesser:
         kept.pop(k, None)
     ranked = sorted(kept.values(), key=lambda c: (-c.final, -(c.gain or 0.0), c.key))
@@ -142,7 +142,7 @@ def left_out_for_cause(
     rest = [c for c in candidates if c.key not in later]
     limit, admissible, floor = _sifted(rest, cfg)
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    grouped = judge_twins({c.key for c in rest}, kept, lambda k: (-kept[k].final, k), twins).grouped
+    grouped = judge_twins({c.key for c in rest}, kept, lambda k: kept[k].final, twins).grouped
     out = set()
     for c in candidates:
         if not c.proven or c.gain is None or c.gain <= 0.0 or c.gain < floor:

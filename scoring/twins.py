@@ -1,10 +1,13 @@
 """Which of a window's resembling peers may be aggregated (scoring/selection.py).
 
 Two kinds of evidence tie peers together. A copy finding whose upload order was unclear
-(scoring/uniqueness.py) names a pair of which at most one is aggregated: nobody is penalised, and the
-better rated is kept. Links (scoring/links.py) tie peers whose updates kept resembling each other
-across windows: a group of three or more linked peers (colluders sharing a hidden direction) is left
-out entirely, whether or not each of them would have been aggregated.
+(scoring/uniqueness.py) names a pair of which at most one is aggregated: nobody is penalised, and
+the one kept is the one the validator saw upload (a peer whose store hid from its polls made itself
+unobservable, and a well-rated thief re-signing a victim's bytes that way took the victim's place),
+then the better rated, then the earlier seen (the hotkey only breaks equal times). Links
+(scoring/links.py) tie peers whose updates kept resembling each other across windows: a group of
+three or more linked peers (colluders sharing a hidden direction) is left out entirely, whether or
+not each of them would have been aggregated.
 
 A group tied by copy findings is judged by who in it would be aggregated, and identical payloads
 count as one update: otherwise two identities re-signing a victim's bytes from stores the polls never
@@ -13,8 +16,9 @@ reached (an unclear order) made a group of three with the victim and sank it, fo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 Pair = tuple[str, str]
 
@@ -24,6 +28,7 @@ class Twins:
     copies: Sequence[Pair] = ()  # copy findings of this window whose upload order was unclear
     same: Sequence[Pair] = ()  # those of them that sent the same payload (equal digests)
     linked: Sequence[Pair] = ()  # pairs linked across windows whose order this window is unclear
+    seen: Mapping[str, float] = field(default_factory=dict)  # upload times the validator saw (inf: none)
 
 
 NO_TWINS = Twins()
@@ -36,10 +41,15 @@ class Verdict:
 
 
 def judge_twins(
-    present: Collection[str], kept: Collection[str], rank: Callable[[str], tuple[float, str]], twins: Twins
+    present: Collection[str], kept: Collection[str], final: Callable[[str], float], twins: Twins
 ) -> Verdict:
     """`present`: the window's candidates; `kept`: those the selection would aggregate otherwise;
-    `rank`: the sort key of a kept peer (best first)."""
+    `final`: a kept peer's final score."""
+
+    def rank(k: str) -> tuple[bool, float, float, str]:  # best first (module docstring)
+        seen = twins.seen.get(k, math.inf)
+        return math.isinf(seen), -final(k), seen, k
+
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
     grouped = {k for group in clusters(linked) if len(group) > 2 for k in group}
     alive = set(kept) - grouped

@@ -146,6 +146,8 @@ class CopyCheck:
     compared: tuple[str, ...] = ()
     resemblances: Mapping[tuple[str, str], float] = field(default_factory=dict)
     first: Mapping[tuple[str, str], str] = field(default_factory=dict)  # who clearly uploaded first
+    # each peer's upload as the validator saw it (math.inf: never seen, its time is its store's own)
+    seen: Mapping[str, float] = field(default_factory=dict)
 
 
 def find_copies(
@@ -158,7 +160,12 @@ def find_copies(
 def examine_copies(
     peers: Sequence[PeerPayload], cfg: UniquenessConfig = UniquenessConfig(), seed: int = 0
 ) -> CopyCheck:
-    """`find_copies`, with the window's resemblances (CopyCheck)."""
+    """`find_copies`, with the window's resemblances and sightings (CopyCheck)."""
+    seen = {p.hotkey: p.timestamp if math.isfinite(p.resolution) else math.inf for p in peers}
+    return replace(_examine(peers, cfg, seed), seen=dict(sorted(seen.items())))
+
+
+def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> CopyCheck:
     findings = _duplicate_findings(peers, cfg)
     dup_pairs = {frozenset((f.offender, f.other)) for f in findings}
     # a pair alone is its own baseline and its own consensus: nothing to calibrate against, so only
@@ -269,14 +276,17 @@ def _oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFindi
 
 
 def _duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> list[CopyFinding]:
-    """Equal payloads: each is matched with the group's earliest upload; the order decides as for copies."""
+    """Equal payloads: each is matched with the group's earliest upload the validator saw (a finite
+    resolution); the order decides as for copies. Unsighted members (their time is the store's own,
+    peer-controlled) go last: a back-dated one heading the group made every pair unclear, and so
+    shielded a copier the validator saw upload well after its victim."""
     groups: dict[str, list[PeerPayload]] = {}
     for p in peers:
         groups.setdefault(p.digest, []).append(p)
     tier = cfg.tier(1.0)
     findings: list[CopyFinding] = []
     for group in groups.values():
-        ordered = sorted(group, key=lambda p: (p.timestamp, p.hotkey))
+        ordered = sorted(group, key=lambda p: (math.isinf(p.resolution), p.timestamp, p.hotkey))
         first = ordered[0]
         for p in ordered[1:]:
             found = CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0)

@@ -9,8 +9,11 @@ import math
 
 import numpy as np
 
-from scoring.uniqueness import PeerPayload, find_copies, offences
+from scoring.ranking import RatingState
+from scoring.selection import Candidate, select_aggregation
+from scoring.uniqueness import PeerPayload, examine_copies, find_copies, offences
 from tests.uniqueness_fixtures import copy_of, random_update
+from validator.round.rating import RankingConfig, twins_of
 
 
 def test_unsighted_backdated_duplicate_frames_nobody() -> None:
@@ -40,3 +43,40 @@ def test_two_sightings_still_decide_the_offender() -> None:
     victim = PeerPayload("victim", "same", 10.0, victim_update, 2.0)
     thief = PeerPayload("thief", "same", 20.0, victim_update, 2.0)
     assert set(offences(find_copies([victim, thief], seed=1))) == {"thief"}
+
+
+def test_a_backdated_unsighted_twin_does_not_shield_a_copier_seen_later() -> None:
+    """The group of equal payloads was anchored on its earliest timestamp, a forged Last-Modified
+    here: every pair was then unclear and the copier, seen 20 s after its victim, went free."""
+    rng = np.random.default_rng(5)
+    stolen = random_update(rng)
+    honest = [PeerPayload(f"h{i}", f"d{i}", 5.0, random_update(rng), 2.0) for i in range(4)]
+    victim = PeerPayload("victim", "same", 10.0, stolen, 2.0)
+    copier = PeerPayload("copier", "same", 30.0, stolen, 2.0)
+    accomplice = PeerPayload("acc", "same", 0.001, stolen, math.inf)
+    worst = offences(find_copies([*honest, victim, copier, accomplice], seed=1))
+    assert set(worst) == {"copier"} and worst["copier"].other == "victim"
+
+
+def _twin_selection(thief: str, victim: str, thief_final: float, victim_final: float) -> tuple[str, ...]:
+    """A thief re-signs the victim's bytes from a store that hides from the polls: the pair is
+    unclear (nobody penalised) and at most one of the two is aggregated."""
+    rng = np.random.default_rng(7)
+    stolen = random_update(rng)
+    honest = [PeerPayload(f"h{i}", f"d{i}", 5.0, random_update(rng), 2.0) for i in range(4)]
+    pair = [PeerPayload(victim, "dv", 10.0, stolen, 2.0), PeerPayload(thief, "dv", 0.001, stolen, math.inf)]
+    copies = examine_copies([*honest, *pair], seed=3)
+    assert offences(copies.findings) == {}
+    kin = twins_of(RatingState({}, 0), copies, RankingConfig())
+    finals = {f"h{i}": 10.0 for i in range(4)} | {victim: victim_final, thief: thief_final}
+    cands = [Candidate(k, f, True, 0.01, 1, mass=1.0, inflation=1.0) for k, f in finals.items()]
+    return select_aggregation(cands, RankingConfig().selection, kin.twins).gather
+
+
+def test_of_an_unclear_pair_the_peer_the_validator_saw_is_kept() -> None:
+    """The better-rated member was kept, then the hotkey that sorts first: a well-rated thief, or
+    one with a hotkey chosen to sort first, took the aggregation slot (and the pay) of its victim."""
+    kept = _twin_selection("thief", "victim", 12.0, 8.0)
+    assert "victim" in kept and "thief" not in kept
+    tied = _twin_selection("5Aaa", "5Zzz", 8.0, 8.0)
+    assert "5Zzz" in tied and "5Aaa" not in tied
