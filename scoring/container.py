@@ -13,6 +13,7 @@ import gc
 import json
 import mmap
 import struct
+import threading
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,17 +67,33 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class _Pause:
+    """Who holds the cyclic collector paused. Reading `gc.isenabled()` and disabling it as two steps
+    raced between threads decoding at once (`EagerDecoder(workers=N)`): one could read "disabled"
+    from another's pause and never re-enable it, leaving the collector off for the process."""
+
+    lock = threading.Lock()
+    holders = 0
+    restore = False
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Tens of thousands of small objects from one (capped) header would trigger the cyclic collector
-    over and over (10x the parse time); pause it for the parse, restoring whatever state it had."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+    over and over (10x the parse time); pause it for the parse, restoring whatever state it had
+    before the first of the overlapping pauses began."""
+    with _Pause.lock:
+        if _Pause.holders == 0:
+            _Pause.restore = gc.isenabled()
+            gc.disable()
+        _Pause.holders += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _Pause.lock:
+            _Pause.holders -= 1
+            if _Pause.holders == 0 and _Pause.restore:
+                gc.enable()
 
 
 def _load_header(data: Data, max_header_bytes: int) -> tuple[dict[str, Any], int]:

@@ -11,6 +11,7 @@ size.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -180,6 +181,18 @@ def read_format(data: Data, cfg: CodecConfig | None = None) -> str | None:
     return fmt if fmt in FORMATS else None
 
 
+_FORMS = {
+    "hotkey": re.compile(r"[1-9A-HJ-NP-Za-km-z]{46,50}"),  # base58, the length of an ss58 address
+    "base": re.compile(r"[0-9a-f]{64}"),
+    "signature": re.compile(r"[0-9a-f]{128}"),
+}
+_FORM_NAMES = {
+    "hotkey": "an ss58 address",
+    "base": "a lowercase hex SHA-256",
+    "signature": "lowercase hex of 64 bytes",
+}
+
+
 def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> tuple[SubmissionMeta, str]:
     missing = [k for k in META_KEYS if not isinstance(metadata.get(k), str)]
     if missing:
@@ -199,6 +212,11 @@ def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> tuple[Subm
         numbers[key] = int(text)
     if (numbers["chunk"], numbers["topk"]) != (cfg.chunk, cfg.topk):
         raise Rejected(Reason.BAD_METADATA, f"chunk/topk {numbers['chunk']}/{numbers['topk']} not configured")
+    # one spelling per field: a lenient parse gave one signed update several accepted encodings
+    # (upper-case or spaced hex), and a megabyte-long "hotkey" took minutes in the ss58 decoder
+    for key, form in _FORMS.items():
+        if not form.fullmatch(metadata[key]):
+            raise Rejected(Reason.BAD_METADATA, f"{key}={metadata[key][:40]!r} is not {_FORM_NAMES[key]}")
     meta = SubmissionMeta(
         window=numbers["window"],
         uid=numbers["uid"],

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from scoring.decoder import Expected, decode_submission
+from scoring.decoder import REREAD, Expected, decode_submission
 from scoring.encoder import compress, pack_tensors
 from scoring.signing import dev_keypair, sign_hex
 from scoring.types import Reason
@@ -225,8 +225,8 @@ def test_identity_failures() -> None:
 def test_signature_failures() -> None:
     t = good_tensors()
     assert reason_of(signed(t, signature="00" * 64)) == Reason.BAD_SIGNATURE
-    assert reason_of(signed(t, signature="not hex")) == Reason.BAD_SIGNATURE
-    assert reason_of(signed(t, hotkey="not-an-ss58-address"), Expected()) == Reason.BAD_SIGNATURE
+    # base58 of an ss58 address's length, but not an address (its checksum fails): not verifiable
+    assert reason_of(signed(t, hotkey="5" * 48), Expected()) == Reason.BAD_SIGNATURE
     # a replay: the same signed bytes re-labelled for another window no longer verify
     assert reason_of(signed(t, window=str(WINDOW + 1)), Expected(window=WINDOW + 1)) == Reason.BAD_SIGNATURE
     # re-attribution: another hotkey claims the bytes
@@ -236,6 +236,29 @@ def test_signature_failures() -> None:
     data = bytearray(make_file())
     data[-1] ^= 0x01
     assert reason_of(bytes(data)) in (Reason.BAD_SIGNATURE,)
+
+
+def test_metadata_fields_have_one_spelling() -> None:
+    """docs/wire-format.md §3: a field outside its form is `bad_metadata`. `bytes.fromhex` took
+    upper-case and spaced hex, so one signed update had several accepted encodings, and an ss58
+    decoder handed a megabyte "hotkey" took minutes (the header allows 1 MiB)."""
+    t = good_tensors()
+    sig = signed(t)
+    good = json.loads(sig[8 : 8 + int.from_bytes(sig[:8], "little")])["__metadata__"]["signature"]
+    for bad in (
+        good.upper(),
+        " ".join(good[i : i + 2] for i in range(0, 128, 2)),
+        good + " ",
+        "0x" + good,
+        "",
+        "not hex",
+    ):
+        assert reason_of(signed(t, signature=bad)) == Reason.BAD_METADATA, bad[:20]
+    for hotkey in ("not-an-ss58-address", "xyz", "", "0x" + "11" * 32, "5" + "z" * 200_000):
+        assert reason_of(signed(t, hotkey=hotkey), Expected()) == Reason.BAD_METADATA, hotkey[:20]
+    for base in ("AB" * 32, "ab", "zz" * 32, ""):
+        assert reason_of(signed(t, base=base), Expected()) == Reason.BAD_METADATA, base
+        assert reason_of(signed(t, base=base), REREAD) == Reason.BAD_METADATA, base
 
 
 def _with_raw_entry(data: bytes, name: str, raw_entry: str) -> bytes:
@@ -315,3 +338,29 @@ def test_an_unexpected_error_inside_the_decoder_is_a_verdict(monkeypatch: pytest
     result = decode_submission(make_file(), SPEC, expect())
     assert result.verdict.reason == Reason.BAD_HEADER
     assert "OverflowError" in result.verdict.detail
+
+
+def test_overlapping_header_parses_share_one_pause_of_the_collector() -> None:
+    """The header parse pauses the cyclic collector. Two threads' pauses overlapping used to read
+    and set it in two steps each: one could read "disabled" from the other's pause and restore that,
+    leaving the collector off for the whole process (the audit reproduced it with three decoding
+    threads), and the first to finish re-enabled it under the other's parse."""
+    import gc
+
+    from scoring.container import _collector_paused
+
+    assert gc.isenabled()
+    first, second = _collector_paused(), _collector_paused()
+    try:
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not gc.isenabled()  # the second parse is still running
+        second.__exit__(None, None, None)
+        assert gc.isenabled()  # restored to what it was before the first pause
+        gc.disable()
+        with _collector_paused():
+            pass
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()
