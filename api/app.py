@@ -28,9 +28,9 @@ from fastapi.staticfiles import StaticFiles
 from api import routes_ops, routes_peers, routes_trends, routes_windows, routes_workers, server
 from api.deps import AppState, build_state
 from api.events import relay_events
-from api.http import SecurityHeadersMiddleware, install_error_handlers
+from api.http import PolicyStaticFiles, SecurityHeadersMiddleware, install_error_handlers
 from api.metrics import MetricsMiddleware
-from api.routes_ops import STATIC_DIR
+from api.routes_ops import DASHBOARD_CSP, DOCS_CSP, STATIC_DIR
 from api.settings import ApiConfig
 
 # Swagger UI's JS and CSS as the fastapi-offline package ships them (MIT; Swagger UI is Apache-2.0).
@@ -86,7 +86,9 @@ def create_app(config: ApiConfig) -> FastAPI:
     app.include_router(routes_trends.router)
     app.include_router(routes_workers.router)
     app.include_router(routes_ops.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    # The dashboard's and docs' files carry the policies / and /docs send (docs.html is /docs).
+    static = PolicyStaticFiles(directory=STATIC_DIR, default=DASHBOARD_CSP, policies={"docs.html": DOCS_CSP})
+    app.mount("/static", static, name="static")
     app.mount("/docs-assets", StaticFiles(directory=SWAGGER_DIR), name="docs-assets")
     if config.cors_origins:
         app.add_middleware(

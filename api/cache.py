@@ -1,8 +1,10 @@
-"""Hot-read cache: response bodies in Redis, keyed by the newest committed window so a commit
-invalidates every hot read at once (old keys simply stop being asked for and expire).
+"""Hot-read cache: response bodies in Redis, keyed by the data version (the newest committed window
+and the newest weight-setting attempt), so a commit or a weight-setting attempt, which is recorded
+after its window's commit, invalidates every hot read at once (old keys stop being asked for and
+expire).
 
-Also two in-process helpers: the newest committed window (refreshed from the database at most every
-`refresh_s`, bumped at once by a `window_committed` event) and a memo of committed windows, which
+Also two in-process helpers: the data version (re-read from the database at most every `refresh_s`,
+and soon after a `window_committed` or `weights_set` event) and a memo of committed windows, which
 never change once committed.
 """
 
@@ -13,6 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -43,28 +46,50 @@ class TimedMemo(Generic[T]):
             return self._value
 
 
-class CommitTracker:
-    """The newest committed window as this process last saw it."""
+@dataclass(frozen=True, slots=True)
+class DataVersion:
+    """What the hot reads depend on: the newest committed window and the id of the newest
+    weight-setting attempt (recorded after its window's commit, so the window alone misses it)."""
 
-    def __init__(self, read_latest: Callable[[], int | None], refresh_s: float) -> None:
-        self._read_latest = read_latest
+    window: int | None
+    weight_set: int | None
+
+    def key(self) -> str:
+        return f"{self.window}.{self.weight_set}"
+
+
+# (the weights_set event carries no attempt id: only a database read can tell the new version)
+REREAD_EVENTS = frozenset({"window_committed", "weights_set"})
+
+
+class CommitTracker:
+    """The data version as this process last saw it."""
+
+    def __init__(self, read_version: Callable[[], DataVersion], refresh_s: float) -> None:
+        self._read_version = read_version
         self._refresh_s = refresh_s
-        self._latest: int | None = None
+        self._version = DataVersion(None, None)
         self._checked_at = float("-inf")
 
     def note_event(self, event: dict[str, Any]) -> None:
-        """Called for every relayed event: a commit moves the version on without a database read."""
+        """Called for every relayed event: a commit moves the version on without a database read;
+        a commit or a weight-setting attempt makes the next read re-read the version."""
         if event["type"] == "window_committed":
             window = int(event["window"])
-            if self._latest is None or window > self._latest:
-                self._latest = window
+            if self._version.window is None or window > self._version.window:
+                self._version = DataVersion(window, self._version.weight_set)
+        if event["type"] in REREAD_EVENTS:
             self._checked_at = float("-inf")  # re-read soon: the event may have outrun our snapshot
 
-    async def latest(self) -> int | None:
+    async def version(self) -> DataVersion:
         if time.monotonic() - self._checked_at >= self._refresh_s:
-            self._latest = await run_in_threadpool(self._read_latest)
+            self._version = await run_in_threadpool(self._read_version)
             self._checked_at = time.monotonic()
-        return self._latest
+        return self._version
+
+    async def latest(self) -> int | None:
+        """The newest committed window."""
+        return (await self.version()).window
 
 
 class ResponseCache:
@@ -80,8 +105,8 @@ class ResponseCache:
         self._metrics = metrics
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
 
-    def key(self, version: int | None, name: str) -> str:
-        return f"{self._prefix}c:{version}:{name}"
+    def key(self, version: DataVersion, name: str) -> str:
+        return f"{self._prefix}c:{version.key()}:{name}"
 
     async def fetch(self, key: str, build: Callable[[], bytes]) -> bytes:
         """The cached body for `key`, else `build()` run in the threadpool and stored."""

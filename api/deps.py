@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from api.cache import CommitTracker, ResponseCache, TimedMemo, WindowMemo
+from api.cache import CommitTracker, DataVersion, ResponseCache, TimedMemo, WindowMemo
 from api.events import EventBroker, StreamSlots
 from api.http import LIVE, dump, json_response
 from api.metrics import ApiMetrics
@@ -22,7 +22,7 @@ from api.ratelimit import RateLimiter
 from api.redis_gate import RedisGate
 from api.settings import ApiConfig
 from storage.db import DatabaseConfig, make_engine
-from storage.queries import latest_committed_window
+from storage.queries import latest_committed_window, latest_weight_set
 
 T = TypeVar("T")
 
@@ -67,17 +67,23 @@ def read_only_engine(config: ApiConfig) -> Engine:
     return engine
 
 
+def data_version(session: Session) -> DataVersion:
+    """The newest committed window and the newest weight-setting attempt's id (the primary key's
+    maximum: one index lookup)."""
+    return DataVersion(latest_committed_window(session=session), latest_weight_set(session=session))
+
+
 def build_state(config: ApiConfig) -> AppState:
     engine = read_only_engine(config)
     sessions = sessionmaker(engine, expire_on_commit=False)
     metrics = ApiMetrics()
     gate = RedisGate(config.redis_url, timeout_s=config.redis_timeout_s, retry_s=config.redis_retry_s)
 
-    def read_latest() -> int | None:
+    def read_version() -> DataVersion:
         with sessions() as session:
-            return latest_committed_window(session=session)
+            return data_version(session)
 
-    commits = CommitTracker(read_latest, config.commit_refresh_s)
+    commits = CommitTracker(read_version, config.commit_refresh_s)
 
     def on_event(event: dict[str, object]) -> None:
         metrics.events.labels(str(event["type"])).inc()
@@ -137,12 +143,13 @@ async def ops_rate_limit(request: Request, state: StateDep) -> None:
 async def hot_read(
     request: Request, state: AppState, name: str, view: Callable[[Session, int | None], BaseModel]
 ) -> Response:
-    """A read that changes only when a window is committed: the body is cached under the newest
-    committed window (so a commit invalidates it) and `view(session, latest)` runs on a miss."""
-    latest = await state.commits.latest()
+    """A read that changes only when a window is committed or a weight-setting attempt is recorded:
+    the body is cached under the data version (so either invalidates it) and `view(session,
+    latest)` runs on a miss, `latest` being the newest committed window."""
+    version = await state.commits.version()
 
     def build() -> bytes:
-        return dump(state.read_sync(lambda s: view(s, latest)))
+        return dump(state.read_sync(lambda s: view(s, version.window)))
 
-    body = await state.cache.fetch(state.cache.key(latest, name), build)
+    body = await state.cache.fetch(state.cache.key(version, name), build)
     return json_response(request, body, cache_control=LIVE)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Final
 
 from fastapi import FastAPI, Request
@@ -12,6 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.schemas import ErrorBody, ErrorResponse
@@ -31,7 +34,8 @@ STATUS_CODES: Final = {
     429: "rate_limited",
     503: "unavailable",
 }
-# Sent with every response; the dashboard and docs pages add their own Content-Security-Policy.
+# Sent with every response; the dashboard and docs pages (at / and /docs, and as files under
+# /static) add their own Content-Security-Policy.
 SECURITY_HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
@@ -128,3 +132,18 @@ class SecurityHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class PolicyStaticFiles(StaticFiles):
+    """Static files sent with a Content-Security-Policy: `policies[name]` for the file `name`, else
+    `default`. The pages served at / and /docs are files here too and must carry the same policy."""
+
+    def __init__(self, *, directory: Path, default: str, policies: Mapping[str, str]) -> None:
+        super().__init__(directory=directory)
+        self._default = default
+        self._policies = dict(policies)
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers["Content-Security-Policy"] = self._policies.get(path, self._default)
+        return response

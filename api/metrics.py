@@ -48,6 +48,11 @@ class ApiMetrics:
             "1 while Redis answers, 0 while the API serves without it",
             registry=self.registry,
         )
+        self.database_up = Gauge(
+            "gauntlet_api_database_up",
+            "1 when the API's latest read of the newest committed window succeeded, 0 when it failed",
+            registry=self.registry,
+        )
         self.latest_committed = Gauge(
             "gauntlet_api_latest_committed_window", "Newest committed window seen", registry=self.registry
         )

@@ -39,12 +39,23 @@ def _unknown_peer(ident: str) -> ApiError:
     return ApiError(404, "not_found", f"unknown peer {shown!r}")
 
 
+def _is_uid(ident: str) -> bool:
+    return ident.isascii() and ident.isdigit()  # str.isdigit also accepts '²', which int() refuses
+
+
+def check_peer_ident(ident: str) -> None:
+    """404 for what can name no peer, before any cache or database read. A uid has one spelling:
+    '0', never '00' (each spelling would be a cache entry of its own for the same peer)."""
+    malformed = len(ident) > MAX_HOTKEY_LEN or "\x00" in ident or not ident
+    if malformed or (_is_uid(ident) and ident != str(int(ident))):
+        raise _unknown_peer(ident)
+
+
 def resolve_peer(session: Session, ident: str) -> PeerSummary:
     """A peer by hotkey, or by the uid it holds now (a recycled uid names its newest holder)."""
-    if len(ident) > MAX_HOTKEY_LEN or "\x00" in ident or not ident:
-        raise _unknown_peer(ident)
+    check_peer_ident(ident)
     hotkey = ident
-    if ident.isascii() and ident.isdigit():  # str.isdigit also accepts '²', which int() refuses
+    if _is_uid(ident):
         uid = int(ident)
         holders = [e for e in leaderboard(session=session) if e.uid == uid] if uid <= MAX_UID else []
         if not holders:

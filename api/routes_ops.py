@@ -11,7 +11,7 @@ from typing import Final, Literal
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.deps import AppState, StateDep, client_address, ops_rate_limit, rate_limit
@@ -122,12 +122,19 @@ async def readyz(state: StateDep) -> Response:
     dependencies=[Depends(ops_rate_limit)],
 )
 async def metrics(state: StateDep) -> Response:
+    """The API's own metrics, served while the database is down too (`gauntlet_api_database_up` 0
+    then, and the newest committed window as last seen)."""
     m = state.metrics
     m.redis_up.set(1 if state.redis.up else 0)
     m.sse_clients.set(state.broker.n_clients)
-    latest = await state.commits.latest()
-    if latest is not None:
-        m.latest_committed.set(latest)
+    try:
+        latest = await state.commits.latest()
+    except SQLAlchemyError:
+        m.database_up.set(0)
+    else:
+        m.database_up.set(1)
+        if latest is not None:
+            m.latest_committed.set(latest)
     return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
 
 

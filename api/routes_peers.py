@@ -10,7 +10,14 @@ from sqlalchemy.orm import Session
 
 from api.deps import StateDep, hot_read, rate_limit
 from api.http import ERROR_RESPONSES
-from api.peer_views import PeerQuery, history_body, peer_detail, peer_list, resolve_peer
+from api.peer_views import (
+    PeerQuery,
+    check_peer_ident,
+    history_body,
+    peer_detail,
+    peer_list,
+    resolve_peer,
+)
 from api.schemas import PeerDetail, PeerHistory, PeerList
 from api.window_views import MAX_WINDOW
 
@@ -18,7 +25,9 @@ router = APIRouter(
     prefix="/v1", tags=["peers"], responses=ERROR_RESPONSES, dependencies=[Depends(rate_limit)]
 )
 
-PeerIdent = Annotated[str, Path(description="the peer's hotkey (ss58) or the uid it holds now")]
+PeerIdent = Annotated[
+    str, Path(description="the peer's hotkey (ss58) or the uid it holds now (no leading zeros)")
+]
 WindowBound = Query(ge=0, le=MAX_WINDOW)
 
 
@@ -39,6 +48,8 @@ async def get_peer(
     peer: PeerIdent,
     windows: Annotated[int, Query(ge=1, le=50, description="how many of its newest windows")] = 10,
 ) -> Response:
+    check_peer_ident(peer)  # one cache entry per peer and window count: a uid has one spelling
+
     def view(s: Session, _latest: int | None) -> PeerDetail:
         return peer_detail(s, state.memo, resolve_peer(s, peer), n_windows=windows)
 
@@ -54,6 +65,8 @@ async def get_peer_history(
     to_window: Annotated[int | None, WindowBound] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
+    check_peer_ident(peer)
+
     def view(s: Session, _latest: int | None) -> PeerHistory:
         hotkey = resolve_peer(s, peer).hotkey
         return history_body(s, hotkey, from_window=from_window, to_window=to_window, limit=limit)

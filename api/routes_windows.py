@@ -46,8 +46,7 @@ async def _window_response(
     view: Callable[[Session, WindowMemo, int], tuple[BaseModel, str] | None],
     committed_cache: str,
 ) -> Response:
-    latest = await state.commits.latest()
-    key = state.cache.key(latest, f"{name}:{window}")
+    key = state.cache.key(await state.commits.version(), f"{name}:{window}")
 
     def build() -> bytes:
         found = state.read_sync(lambda s: view(s, state.memo, window))

@@ -161,6 +161,11 @@ def latest_committed_window(*, session: Session) -> int | None:
     return session.scalar(_newest_committed())
 
 
+def latest_weight_set(*, session: Session) -> int | None:
+    """The id of the newest weight-setting attempt (ids grow with every attempt)."""
+    return session.scalar(select(func.max(m.WeightSet.id)))
+
+
 def window_state(*, session: Session, window: int) -> str | None:
     return session.scalar(select(m.Window.state).where(m.Window.window == window))
 
