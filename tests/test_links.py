@@ -11,7 +11,13 @@ import torch
 
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.ranking import PeerRating, RatingState
-from scoring.selection import Candidate, SelectionConfig, contribution_weights, select_aggregation
+from scoring.selection import (
+    Candidate,
+    SelectionConfig,
+    contribution_weights,
+    left_out_for_cause,
+    select_aggregation,
+)
 from scoring.twins import Twins
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies
@@ -116,6 +122,37 @@ def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer(
     copies = CopyCheck([], ("c", "d", "v", "x"), {}, {("v", "x"): "v"})  # v uploaded clearly first
     kin = twins_of(state, copies, RankingConfig())
     assert (kin.twins, set(kin.later)) == (Twins(linked=(("c", "d"),)), {"x"})  # c, d uploaded together
+
+
+def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
+    """Two unproven sybils send noisy copies of a victim's update from stores that hide from the
+    polls: no copy finding is clear, and after three windows the three are linked pairwise (the
+    audit reproduced it through `examine_copies`). As a group of three they were all left out, and
+    the victim, out of the match too, lost its final score. The validator saw only the victim's
+    uploads: the sybils are the later side of each pair, left out on their own."""
+    links = {
+        "victim": {"s1": 0.1, "s2": 0.1},
+        "s1": {"victim": 0.1, "s2": 0.1},
+        "s2": {"victim": 0.1, "s1": 0.1},
+    }
+    honest = [f"h{i}" for i in range(4)]
+    state = RatingState(
+        {h: PeerRating(h, i, 30.0, 2.0, links=links.get(h, {})) for i, h in enumerate([*honest, *links])}, 3
+    )
+    seen = {h: 5.0 for h in [*honest, "victim"]} | {"s1": math.inf, "s2": math.inf}
+    kin = twins_of(state, CopyCheck([], tuple(sorted(seen)), {}, {}, seen), RankingConfig())
+    assert set(kin.later) == {"s1", "s2"} and kin.twins.linked == (("s1", "s2"),)
+    cands = [Candidate(h, 10.0, True, 0.01, 1, inflation=1.0) for h in [*honest, "victim"]]
+    cands += [Candidate(s, 0.0, False, 0.01, 1, inflation=1.0) for s in ("s1", "s2")]
+    assert (
+        "victim" in select_aggregation([c for c in cands if c.key not in kin.later], twins=kin.twins).gather
+    )
+    assert "victim" not in left_out_for_cause(cands, SelectionConfig(), kin.twins, kin.later)
+    # three colluders the validator saw upload together are still left out as a group
+    sighted = seen | {"s1": 5.0, "s2": 5.0}
+    kin = twins_of(state, CopyCheck([], tuple(sorted(sighted)), {}, {}, sighted), RankingConfig())
+    proven = [replace(c, proven=True, final=10.0) for c in cands]
+    assert not {"victim", "s1", "s2"} & set(select_aggregation(proven, twins=kin.twins).gather)
 
 
 def _colluding_window(rng: np.random.Generator) -> list[PeerPayload]:
