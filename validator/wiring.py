@@ -189,6 +189,8 @@ def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> Fetc
         window_s=s.blocks_per_window * BLOCK_SECONDS,
         spool_dir=Path(s.workdir) / "spool",  # submissions stream to disk, never whole in memory
         sightings_dir=Path(s.workdir) / "sightings",  # the polls' evidence outlives a restart
+        # a store a peer may run itself sets its own ETag and Last-Modified (fetch_types.py)
+        stores_trusted=bool(locations.allowed_host_suffixes) or s.chain != "subtensor",
     )
 
 

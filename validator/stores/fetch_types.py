@@ -41,6 +41,12 @@ class FetchConfig:
     spool_dir: Path | None = None
     # the polls' sightings are saved here, one file per window, so that a restart keeps them
     sightings_dir: Path | None = None
+    # True: every store's ETag and Last-Modified are set by a provider the operator trusts (its
+    # `storage_host_suffixes`) or by a local simulation. False (`allow_any_storage_host`): a peer
+    # may run its own store, so a sighting counts for the bytes fetched only when their MD5 is the
+    # ETag sighted, and the store's own Last-Modified never decides on its own (validator/stores/
+    # peer_fetch.py `bound_timing`)
+    stores_trusted: bool = True
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1 or self.chunk_bytes < 1 or self.concurrency < 1:

@@ -16,6 +16,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -41,7 +42,7 @@ from validator.stores.sightings import Kept, Poller, PollSchedule, Sightings
 from validator.stores.sightings_file import SightingsFolder
 
 if TYPE_CHECKING:
-    from obstore.store import ObjectStore
+    from obstore.store import ObjectStore, S3Credential
 
 log = structlog.get_logger(__name__)
 
@@ -66,14 +67,9 @@ def open_store(
     if location.is_file:
         return LocalStore(location.path, mkdir=create)
     key_id, secret = credentials or (location.access_key_id, location.secret_access_key)
-    auth: dict[str, Any] = (
-        {"access_key_id": key_id, "secret_access_key": secret} if key_id else {"skip_signature": True}
-    )
     return S3Store(
         location.bucket,
-        endpoint=location.endpoint,
-        region=location.region,
-        virtual_hosted_style_request=False,
+        **_explicit(location, signed=bool(key_id)),
         client_options={
             "allow_http": location.scheme == "http",
             "timeout": timedelta(seconds=config.request_timeout_s),
@@ -81,8 +77,39 @@ def open_store(
         },
         # Retries are ours (bounded, under the window deadline), not the client's.
         retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=config.request_timeout_s)},
-        **auth,
+        credential_provider=StaticCredentials(key_id, secret) if key_id else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StaticCredentials:
+    """A key pair and nothing else: given as a provider, it replaces every credential the AWS_*
+    environment holds (a session token set to "" would still be sent, as an empty one)."""
+
+    key_id: str
+    secret: str = field(repr=False)
+
+    def __call__(self) -> S3Credential:
+        key, secret = self.key_id, self.secret
+        return {"access_key_id": key, "secret_access_key": secret, "token": None, "expires_at": None}
+
+
+def _explicit(location: StorageLocation, *, signed: bool) -> dict[str, Any]:
+    """Every S3 setting that obstore would otherwise take from the AWS_* environment variables.
+
+    S3Store always starts from the environment (AmazonS3Builder::from_env) and lets given values
+    override it: without these, a peer's presigned URL carried the validator's session token, and
+    its endpoint, signing or headers could follow the validator's settings. Credentials come from
+    `StaticCredentials` (or none: an anonymous store skips signing), client options (AWS_PROXY_URL,
+    ...) are replaced as a whole by `client_options`. Left to the environment are only settings of
+    writes that have no neutral value (server-side encryption, checksums, copy-if-not-exists)."""
+    return {
+        "skip_signature": not signed,
+        "endpoint": location.endpoint, "aws_endpoint_url_s3": location.endpoint,  # the latter wins
+        "region": location.region, "virtual_hosted_style_request": False,
+        "request_payer": False, "s3_express": False, "unsigned_payload": False,
+        "conditional_put": "etag", "disable_tagging": False, "sse_bucket_key_enabled": False,
+    }  # fmt: skip
 
 
 async def publish(

@@ -11,6 +11,7 @@ log; results carry a reason code and a generic sentence.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -97,7 +98,8 @@ async def get_step(
                 try:
                     body = await _get(http, store, headed, config)
                     data, path = (body, None) if isinstance(body, bytes) else (None, body)
-                    return replace(headed.seen, data=data, path=path, fetched_at=time.time())
+                    fetched = replace(headed.seen, data=data, path=path, fetched_at=time.time())
+                    return await bound_timing(fetched, headed, config, sightings)
                 except (StoreError, BaseError, OSError) as error:
                     if attempt == config.retries or not _transient(error):
                         raise
@@ -134,9 +136,51 @@ def _timing(
     answered = sightings.answered_until(request.hotkey) if sightings is not None else None
     if answered is not None and answered > put_end(start, config):
         return Status.LATE, None, None  # answered polls after the window closed never saw it
-    if head.last_modified is None:
+    if head.last_modified is None or not config.stores_trusted:  # a peer's own clock alone is no evidence
         return None, None, None
-    return classify(head.last_modified, start, config), None, None  # no observation: the store's clock
+    return classify(head.last_modified, start, config), None, None  # no observation: the provider's clock
+
+
+async def bound_timing(
+    fetched: FetchResult, headed: Headed, config: FetchConfig, sightings: Sightings | None
+) -> FetchResult:
+    """`fetched`, whose timing came from a poll's sighting of an ETag, if the bytes read are that
+    version; else judged again without the sighting. A store a peer runs itself can show a
+    placeholder under one ETag while the polls watch, then serve another peer's bytes under the same
+    ETag (or under none): the placeholder's early sighting made the honest victim the later uploader
+    of the pair. The MD5 of the bytes read is the ETag of a single-part S3 upload, which no peer can
+    choose before the bytes exist; a trusted provider computes its ETags itself."""
+    request, head = headed.request, headed.head
+    if config.stores_trusted or request.location.is_file or fetched.first_seen is None:
+        return fetched
+    if await asyncio.to_thread(_content_md5, fetched) == _plain_etag(head.etag):  # off the fetch loop
+        return fetched
+    log.info("sighting_not_bound", hotkey=request.hotkey, etag=head.etag)
+    unbound = replace(fetched, first_seen=None, seen_resolution_s=None, data=None, path=None)
+    answered = sightings.answered_until(request.hotkey) if sightings is not None else None
+    if answered is not None and answered > put_end(request.put_start, config):
+        return _final(
+            unbound, Status.LATE, Status.LATE, "late: answered polls after the put window never saw it"
+        )
+    detail = "no upload time: the ETag sighted is not the MD5 of the bytes served"
+    return _final(unbound, Status.MISSING, Reason.FETCH_FAILED, detail)
+
+
+def _plain_etag(etag: str | None) -> str | None:
+    """The hex digest in an ETag (`"…"` or `W/"…"`), lower-cased; None for anything else."""
+    text = (etag or "").removeprefix("W/").strip('"').lower()
+    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
+
+
+def _content_md5(fetched: FetchResult) -> str:
+    digest = hashlib.md5(usedforsecurity=False)  # S3's ETag, not a security boundary of its own
+    if fetched.data is not None:
+        digest.update(fetched.data)
+    elif fetched.path is not None:
+        with open(fetched.path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 async def _head(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> ObjectHead:

@@ -111,6 +111,13 @@ class PeerHttp:
                 raise StoreError(
                     Reason.FETCH_FAILED, f"body slower than the floor rate at {body.count} B"
                 ) from None
+            except httpx.TimeoutException:  # httpx's own read timeout: a stall, not worth a retry
+                raise StoreError(Reason.FETCH_FAILED, f"body stalled at {body.count} B") from None
+            except httpx.HTTPError as error:  # a short or malformed body, a dropped connection
+                raise StoreError(
+                    Reason.FETCH_FAILED, f"body broken at {body.count} B: {type(error).__name__}: {error}",
+                    transient=True,
+                ) from None  # fmt: skip
             await body.add(chunk)
 
 

@@ -43,10 +43,13 @@ class Sightings:
         self._answered: dict[str, float] = {}  # when the last answered poll of each peer was sent
 
     def record(self, hotkey: str, etag: str | None, sent: float, answered: float) -> None:
-        """One answered poll: sent at `sent`, it saw `etag` (None: no object) by `answered`."""
+        """One answered poll: sent at `sent`, it saw `etag` (None: no object) by `answered`.
+
+        An object without an ETag ("") is no version: an answered poll, but no first sighting (one
+        would stand for whatever bytes the store served later)."""
         with self._lock:
             before = self._answered.get(hotkey, -math.inf)  # no earlier poll: the upload is unbounded
-            if etag is not None and (hotkey, etag) not in self._first:
+            if etag and (hotkey, etag) not in self._first:
                 self._first[(hotkey, etag)] = Sighting(answered, answered - before)
             self._answered[hotkey] = max(before, sent)
 
@@ -74,8 +77,8 @@ class Sightings:
 
 @dataclass(frozen=True, slots=True)
 class PollSchedule:
-    """When a poller runs (`start_at` to `stop_at`, wall clock), how often it starts a round of
-    HEADs, and how long one HEAD may take."""
+    """When a poller runs (`start_at` to `stop_at`, wall clock), how often it HEADs each peer (and
+    saves what it saw), and how long one HEAD may take."""
 
     start_at: float
     stop_at: float
@@ -90,15 +93,18 @@ class PollSchedule:
 @dataclass(frozen=True, slots=True)
 class Kept:
     """A poller's sightings beyond its own life: what earlier polls of its window saw (maybe another
-    process's: sightings_file.py), and where it saves them after every round of HEADs, so that a
-    restart loses at most one round."""
+    process's: sightings_file.py), and where it saves them every poll interval (and on stop), so
+    that a restart loses at most one interval's polls."""
 
     earlier: Sightings | None
     save: Callable[[Sightings], None] | None = None
 
 
 class Poller:
-    """HEADs every request over its schedule on a daemon thread of its own."""
+    """HEADs every request over its schedule on a daemon thread of its own.
+
+    Each peer is polled by a loop of its own: a store that answers slowly stretches only its own
+    sightings' resolution, never another peer's."""
 
     def __init__(
         self,
@@ -115,7 +121,7 @@ class Poller:
         self._save = None if kept is None else kept.save
         self._probe, self._requests, self._limits = probe, list(requests), limits
         self._schedule, self._clock = schedule, clock
-        # a slow answer stretches the cycle (and so the resolution) instead of being thrown away
+        # a slow answer stretches its peer's cycle (and so resolution) instead of being thrown away
         self._timeout = schedule.head_timeout_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gauntlet-poller", daemon=True)
@@ -128,7 +134,7 @@ class Poller:
         """Stop polling (the poll in flight is abandoned) and return what was seen."""
         self._stop.set()
         self._thread.join(timeout=self._timeout + 5.0)
-        self._persist()  # the answers of the round cut short
+        self._persist()  # the answers of the polls cut short
         return self.sightings
 
     def _run(self) -> None:
@@ -139,12 +145,29 @@ class Poller:
 
     async def _poll(self) -> None:
         async with PeerHttp(self._limits, connections=len(self._requests)) as http:  # all at once
-            next_at = self._schedule.start_at
-            while await self._sleep_until(next_at) and self._clock() < self._schedule.stop_at:
-                next_at = self._clock() + self._schedule.interval_s
-                # one probe failing in a way nobody foresaw must not end the polling of every peer
-                await asyncio.gather(*(self._one(http, r) for r in self._requests), return_exceptions=True)
-                self._persist()
+            peers = [asyncio.create_task(self._watch(http, r)) for r in self._requests]
+            try:
+                next_at = self._schedule.start_at + self._schedule.interval_s  # saves, after the polls
+                while await self._sleep_until(next_at) and not all(p.done() for p in peers):
+                    next_at = self._clock() + self._schedule.interval_s
+                    await asyncio.to_thread(self._persist)  # a slow disk must not delay the polls
+            finally:
+                for p in peers:
+                    p.cancel()  # stopped: the polls in flight are abandoned
+                await asyncio.gather(*peers, return_exceptions=True)
+        self._persist()  # the polls since the last save (stop saves again, after the thread)
+
+    async def _watch(self, http: PeerHttp, request: FetchRequest) -> None:
+        """Poll one peer every `interval_s` (or as soon as its store has answered the last poll)."""
+        next_at, warned = self._schedule.start_at, False
+        while await self._sleep_until(next_at) and self._clock() < self._schedule.stop_at:
+            next_at = self._clock() + self._schedule.interval_s
+            try:
+                await self._one(http, request)
+            except Exception as error:  # unforeseen: this poll says nothing, the polling goes on
+                if not warned:
+                    log.warning("poll_failed", hotkey=request.hotkey, error=repr(error)[:200])
+                warned = True
 
     def _persist(self) -> None:
         if self._save is None:
