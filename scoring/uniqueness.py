@@ -7,18 +7,13 @@ schema fixes min(topk, chunk length) per chunk),
     overlap(a, b) = |{positions kept by both with the same sign}| / min(K_a, K_b).
 
 Two independent random top-64-of-4096 selections share ~1/64 ≈ 1.6 % of coordinates, half of those
-with the same sign: ≈ 0.8 %. Comparing every pair exactly is O(P² · K) (256 peers × 1.56 M positions
-for 100 M parameters is far too slow), so the check runs in two stages:
-
-1. sketch: a seeded sample of whole chunks (the same for every peer) gives each peer a small set of
-   positions; each peer's sampled positions are hashed into a ±1 count sketch, and one (P, D) × (D, P)
-   matmul estimates the shared positions of all pairs at once (unbiased);
-2. exact: only pairs whose estimate reaches `halve_at − candidate_margin` are compared exactly, chunk
-   by chunk (the kept arrays of valid peers share one slot layout).
-
-Small parameters (a chunk shorter than topk keeps every position) are shared by everybody, so they
-raise every pair's overlap by their share of kept positions with equal sign; in a real model that
-share is tiny. Exact duplicate payloads (equal digests) are reported with overlap 1 and the top tier.
+with the same sign: ≈ 0.8 %. Comparing every pair exactly is O(P² · K), far too slow, so a seeded
+sample of whole chunks (the same for every peer) gives each peer a small set of positions, hashed
+into a ±1 count sketch: one (P, D) × (D, P) matmul estimates every pair's shared positions at once
+(unbiased), and the tiers read that estimate. Only the finding an offender is rejected for is
+measured exactly (a crowd of sybils flagging each other made exact walks quadratic). Small
+parameters (a chunk shorter than topk keeps every position) raise every pair's overlap a little;
+exact duplicate payloads (equal digests) are reported with overlap 1 and the top tier.
 
 Calibration. Honest updates from the same base share many positions early in training (at one
 inner step honest pairs overlap ≈ 0.74; at twenty ≈ 0.18 from a random init), so a fixed overlap
@@ -43,64 +38,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
 
 import numpy as np
 import numpy.typing as npt
 
+from scoring.copy_config import CopyTier as CopyTier  # re-exported: this module's types
+from scoring.copy_config import UniquenessConfig as UniquenessConfig
 from scoring.similarity import estimate_overlaps, exact_overlap, residual_similarity, sample_blocks, sampled
 from scoring.types import Reason, SparseParam
 
 I64 = npt.NDArray[np.int64]
-
-
-class CopyTier(IntEnum):
-    """Penalty tier of a copier, ordered by severity (DESIGN.md §7)."""
-
-    NONE = 0
-    HALVE = 1
-    RESET = 2
-    BAN = 3
-
-
-@dataclass(frozen=True, slots=True)
-class UniquenessConfig:
-    chunk: int = 4096
-    topk: int = 64
-    halve_at: float = 0.15
-    reset_at: float = 0.5
-    ban_at: float = 0.6
-    calibrate: bool = True  # tiers apply to the overlap's excess over the window's typical pair
-    similarity_floor: float = 0.1  # a calibrated flag needs at least this residual similarity
-    resemblance_floor: float = 0.03  # pairs reported for the links across windows (scoring/links.py)
-    # Sampling error depends on the number of blocks, not their size: 128 one-chunk blocks give
-    # std ≤ 0.5/√128 ≈ 0.044 even for all-or-nothing copying per block, 4.5 std below the first
-    # tier at the default margin; honest pairs estimate ≈ 0.01 ± 0.008 (sketch noise 1/√2^14).
-    sample_blocks: int = 128
-    block_chunks: int = 1
-    sketch_bits: int = 14
-    candidate_margin: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.chunk <= 0 or not 0 < self.topk <= self.chunk:
-            raise ValueError("need 0 < topk <= chunk")
-        if not 0.0 < self.halve_at <= self.reset_at <= self.ban_at <= 1.0:
-            raise ValueError("need 0 < halve_at <= reset_at <= ban_at <= 1")
-        if self.sample_blocks <= 0 or self.block_chunks <= 0:
-            raise ValueError("sample_blocks and block_chunks must be positive")
-        if not 8 <= self.sketch_bits <= 24:
-            raise ValueError("sketch_bits must be in [8, 24]")
-        if not 0.0 <= self.candidate_margin < self.halve_at:
-            raise ValueError("need 0 <= candidate_margin < halve_at")
-
-    def tier(self, overlap: float) -> CopyTier:
-        if overlap >= self.ban_at:
-            return CopyTier.BAN
-        if overlap >= self.reset_at:
-            return CopyTier.RESET
-        if overlap >= self.halve_at:
-            return CopyTier.HALVE
-        return CopyTier.NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +72,9 @@ class PeerPayload:
 @dataclass(frozen=True, slots=True)
 class CopyFinding:
     """`offender` uploaded after `other` and overlaps it by `overlap`. When the order is unclear
-    (`clear` False) `offender` is just the larger hotkey: nobody is penalised for the pair."""
+    (`clear` False) `offender` is just the larger hotkey: nobody is penalised for the pair. The
+    overlap is exact for the finding an offender is rejected for (and for every pair of a window
+    too small to calibrate); of the other flagged pairs it is the sampled chunks' estimate."""
 
     offender: str
     other: str
@@ -216,18 +165,20 @@ def _flagged(
     similarity: npt.NDArray[np.float64],
 ) -> list[CopyFinding]:
     """The duplicate `findings` plus every pair whose copy strength reaches a tier, sorted."""
-    baseline = _typical_overlap(estimates) if cfg.calibrate and len(peers) >= 3 else 0.0
+    calibrated = cfg.calibrate and len(peers) >= 3
+    baseline = _typical_overlap(estimates) if calibrated else 0.0
     margin = cfg.candidate_margin
     pick = (_excess(estimates, baseline) >= cfg.halve_at - margin) | (similarity >= cfg.halve_at - margin / 2)
     for i, j in zip(*np.nonzero(np.triu(pick, k=1)), strict=True):
         a, b = peers[int(i)], peers[int(j)]
         if a.digest == b.digest or frozenset((a.hotkey, b.hotkey)) in dup_pairs:
             continue
-        overlap = exact_overlap(a.update, b.update, cfg)
+        # calibrated, the tier reads the sample alone (below): the exact overlap, a walk over both
+        # whole updates, is measured only for what a peer is rejected for (`_measured`)
+        overlap = float(estimates[i, j]) if calibrated else exact_overlap(a.update, b.update, cfg)
         sim = float(similarity[i, j])
         # the excess compares the pair's estimate with the baseline from the same sample: what the
-        # sample over- or under-represents cancels (the exact overlap is what the finding reports)
-        calibrated = cfg.calibrate and len(peers) >= 3
+        # sample over- or under-represents cancels
         excess = float(_excess(estimates[i, j], baseline)) if calibrated else overlap
         # a copy keeps its victim's residual; honest pairs that merely share positions do not: positions
         # alone never flag a pair without a shared residual (honest pairs measured ≤ 0.07, copies ≥ 0.13)
@@ -236,7 +187,24 @@ def _flagged(
         if tier is not CopyTier.NONE:
             found = CopyFinding(b.hotkey, a.hotkey, overlap, tier, Reason.COPY, sim, baseline)
             findings.append(_oriented(a, b, found))
-    return sorted(findings, key=lambda f: (f.offender, f.other))
+    ordered = sorted(findings, key=lambda f: (f.offender, f.other))
+    return _measured(ordered, peers, cfg) if calibrated else ordered
+
+
+def _measured(
+    found: list[CopyFinding], peers: Sequence[PeerPayload], cfg: UniquenessConfig
+) -> list[CopyFinding]:
+    """`found` with the exact overlap of the copy finding each offender is rejected for. Measuring
+    every flagged pair was quadratic: sybils sending one update with jittered values flagged every
+    pair among them, each a walk over two whole updates (~1,000 s for 128 sybils at 100M values)."""
+    update = {p.hotkey: p.update for p in peers}
+    decisive = {id(f) for f in offences(found).values() if f.reason == Reason.COPY}
+    return [
+        replace(f, overlap=exact_overlap(update[f.offender], update[f.other], cfg))
+        if id(f) in decisive
+        else f
+        for f in found
+    ]
 
 
 def _typical_overlap(estimates: npt.NDArray[np.float64]) -> float:

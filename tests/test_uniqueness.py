@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -144,3 +146,36 @@ def test_offences_keep_each_offenders_most_severe_clear_finding() -> None:
     unclear = CopyFinding("e", "a", 0.9, CopyTier.BAN, Reason.COPY, clear=False)
     assert offences([halve, ban, ban_again, unclear]) == {"c": ban}
     assert offences([ban_again, halve, ban]) == {"c": ban_again}
+
+
+def test_exact_walks_do_not_grow_with_a_crowd_of_flagged_sybils(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sybils sending one update with jittered values (distinct digests) make every pair among them
+    a candidate, and each candidate was walked exactly, over both whole updates: quadratic in the
+    sybils (the audit counted 105 walks for 15 of them, and timed 1,000 s a window for 128 at 100M
+    parameters). The tiers read the sample; only the finding an offender is rejected for is walked."""
+    import scoring.uniqueness as uniqueness
+
+    rng = np.random.default_rng(0)
+    layout = random_update(rng)
+    honest = [payload(f"h{i}", random_update(rng), 5.0 + i) for i in range(40)]
+
+    def jittered() -> dict[str, SparseParam]:
+        scale = {
+            n: torch.from_numpy(rng.uniform(0.5, 1.5, p.values.numel())).float() for n, p in layout.items()
+        }
+        return {n: SparseParam(p.shape, p.indices, p.values * scale[n].float()) for n, p in layout.items()}
+
+    sybils = [PeerPayload(f"s{k:02d}", f"ds{k}", 20.0, jittered(), math.inf) for k in range(15)]
+    planted = payload("c70", copy_of(honest[1].update, random_update(rng), 0.70, rng), 30.0)
+    walks = []
+    real = uniqueness.exact_overlap
+
+    def counted(a: dict[str, SparseParam], b: dict[str, SparseParam], cfg: UniquenessConfig) -> float:
+        walks.append(1)
+        return real(a, b, cfg)
+
+    monkeypatch.setattr(uniqueness, "exact_overlap", counted)
+    found = find_copies([*honest, *sybils, planted], seed=1)
+    worst = offences(found)
+    assert set(worst) == {"c70"} and worst["c70"].overlap == pytest.approx(0.70, abs=0.05)
+    assert len(walks) == 1  # the planted copier's finding, which it is rejected for
