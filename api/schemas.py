@@ -198,7 +198,7 @@ class SubmissionOut(Schema):
 class CopyPairOut(Schema):
     hotkey_a: str
     hotkey_b: str
-    overlap: float
+    overlap: float = Field(description="exact for the finding that rejected its offender, else sampled")
     sign_agreement: float
     offender: str
     similarity: float = Field(description="residual similarity beyond the window's consensus update")

@@ -148,11 +148,17 @@ def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
         "victim" in select_aggregation([c for c in cands if c.key not in kin.later], twins=kin.twins).gather
     )
     assert "victim" not in left_out_for_cause(cands, SelectionConfig(), kin.twins, kin.later)
-    # three colluders the validator saw upload together are still left out as a group
-    sighted = seen | {"s1": 5.0, "s2": 5.0}
-    kin = twins_of(state, CopyCheck([], tuple(sorted(sighted)), {}, {}, sighted), RankingConfig())
+    # three colluders the validator saw upload together are still left out as a group, and so are
+    # colluders that prove their training and hide two of the three from the polls
+    proven_state = RatingState(  # three clear own-data evaluations: proven under RatingConfig()
+        {h: replace(r, evaluations=3, positives=3, margin_sum=3.0) for h, r in state.peers.items()}, 3
+    )
     proven = [replace(c, proven=True, final=10.0) for c in cands]
-    assert not {"victim", "s1", "s2"} & set(select_aggregation(proven, twins=kin.twins).gather)
+    sighted = seen | {"s1": 5.0, "s2": 5.0}
+    for watched, ratings in ((sighted, state), (seen, proven_state)):
+        kin = twins_of(ratings, CopyCheck([], tuple(sorted(watched)), {}, {}, watched), RankingConfig())
+        assert not kin.later
+        assert not {"victim", "s1", "s2"} & set(select_aggregation(proven, twins=kin.twins).gather)
 
 
 def _colluding_window(rng: np.random.Generator) -> list[PeerPayload]:

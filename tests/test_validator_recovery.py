@@ -173,8 +173,8 @@ def test_zero_updates_cannot_make_honest_peers_norm_outliers() -> None:
 
 def test_tiny_sybils_cannot_make_honest_peers_norm_outliers() -> None:
     """Four sybils at 1e-6 against three honest peers owned the median of every valid norm, and every
-    honest update was rejected `norm_outlier` (the audit's reproduction). Once peers are proven their
-    norms are the reference; before, the upper half's median is, which the sybils cannot lower."""
+    honest update was rejected `norm_outlier` (the audit's reproduction). The reference is the larger
+    of the upper quartile and the proven peers' median: neither crowd nor proven few can lower it."""
     sybils = [_peer(f"s{i}", 1e-6) for i in range(4)]
     peers = [_peer(f"h{i}", 1.0) for i in range(3)] + sybils + [_peer("x", 1e3)]
     for proven in (frozenset({"h0", "h1"}), frozenset()):
@@ -183,9 +183,17 @@ def test_tiny_sybils_cannot_make_honest_peers_norm_outliers() -> None:
     # a proven peer that sends a tiny update does not become the reference on its own
     out = {p.hotkey: p.reason for p in reject_norm_outliers(peers, CheckConfig(), frozenset({"s0"}))}
     assert [h for h, reason in out.items() if reason == Reason.NORM_OUTLIER] == ["x"]
-    # three sybils to one: the upper half is theirs too, so only proven peers protect a new network
+    # three sybils to one: the upper quartile is theirs too, so only proven peers protect a new network
     crowd = [_peer("h0", 1.0), *(_peer(f"s{i}", 1e-6) for i in range(4))]
     assert reject_norm_outliers(crowd, CheckConfig(), frozenset({"h0"}))[0].reason is None
+    # one proven peer (or a proven minority) sending a small update does not become the reference
+    honest = [_peer(f"h{i}", 1.0) for i in range(6)]
+    for proven in ({"a"}, {"a", "b", "h0"}):
+        small = [_peer("a", 0.005), _peer("b", 0.005), *honest]
+        assert not [p for p in reject_norm_outliers(small, CheckConfig(), frozenset(proven)) if p.reason]
+    # three peers: the quartile is never the largest, so one update ×10⁶ is still an outlier
+    three = reject_norm_outliers([_peer("h0", 1.0), _peer("h1", 1.0), _peer("x", 1e6)], CheckConfig())
+    assert [p.hotkey for p in three if p.reason == Reason.NORM_OUTLIER] == ["x"]
 
 
 def test_config_show_masks_the_selection_bucket_credentials() -> None:

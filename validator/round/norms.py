@@ -80,23 +80,21 @@ def outlier_reference(
 ) -> float | None:
     """The typical total norm an outlier is measured against; None when there is none to speak of.
 
-    The median of the proven peers' norms (those above `RELATIVE_EMPTY` × everyone's median), once
-    there are any. Before anyone is proven (a new network), the upper quartile of the non-empty
-    norms (nearest rank): sybils with small updates must then outnumber everyone else three to one
-    to lower it, where the plain median fell to a bare majority of them (every honest update was
-    rejected). A quarter of inflated updates then passes this check; the clip reference, capped at
-    `clip_cap` × the median, still bounds them."""
+    The larger of two references, so that an update is an outlier only when both agree: the upper
+    quartile of the non-empty norms (nearest rank, never the largest), and the median of the proven
+    peers' norms when there are any. Sybils sending small updates must outnumber everyone else three
+    to one to lower the first (the plain median fell to a bare majority of them, and every honest
+    update was rejected), and only the second restores it then; a proven peer, or a proven
+    minority, sending a small update cannot lower it either (taken alone, it could). Lifting it lets
+    inflated updates through this check only: the clip reference, the proven peers' and capped at
+    `clip_cap` × their median, still bounds them."""
     nonzero = {h: t for h, t in totals.items() if t > cfg.zero_norm}
-    if not nonzero:
-        return None
-    floor = max(cfg.zero_norm, RELATIVE_EMPTY * median(nonzero.values()))
-    proven_totals = [t for h, t in nonzero.items() if h in trusted and t > floor]
-    if proven_totals:
-        return median(proven_totals)
-    if len(nonzero) < 3:  # a median of one or two peers says nothing about outliers
+    if len(nonzero) < 3:  # one or two peers say nothing about outliers
         return None
     ordered = sorted(nonzero.values())
-    return ordered[math.ceil(0.75 * len(ordered)) - 1]
+    upper = ordered[min(math.ceil(0.75 * len(ordered)) - 1, len(ordered) - 2)]
+    proven_totals = [t for h, t in nonzero.items() if h in trusted]
+    return max(upper, median(proven_totals)) if proven_totals else upper
 
 
 def reject_norm_outliers(
