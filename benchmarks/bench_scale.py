@@ -104,10 +104,12 @@ class KilledOnce(Replica):
 
     def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
         marker = Path(self.spec.dataset_path).parent / "killed-once"
-        if not marker.exists():
-            marker.touch()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().evaluate(task, job)
+        try:  # atomic (O_EXCL): two workers at their first peer together must not both find no marker
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return super().evaluate(task, job)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable: the process was killed")
 
 
 def results(evals: dict[int, PeerEval]) -> dict[int, tuple[Any, ...]]:
@@ -161,6 +163,7 @@ def workers(quick: bool) -> dict[str, Any]:
         # LossScore's own seconds per peer, inside each evaluation: how much the cores were shared
         "seconds_per_peer_inside": {"in_process": inside(local), "ray_workers": inside(remote)},
         "workers_identical": results(remote) == results(local),
+        "worker_deaths": deaths,
         "worker_kill_recovered": deaths == 1
         and not after_kill.failed
         and results(after_kill.evals) == results(local),
