@@ -28,7 +28,12 @@ from fastapi.staticfiles import StaticFiles
 from api import routes_ops, routes_peers, routes_trends, routes_windows, routes_workers, server
 from api.deps import AppState, build_state
 from api.events import relay_events
-from api.http import PolicyStaticFiles, SecurityHeadersMiddleware, install_error_handlers
+from api.http import (
+    InternalErrorMiddleware,
+    PolicyStaticFiles,
+    SecurityHeadersMiddleware,
+    install_error_handlers,
+)
 from api.metrics import MetricsMiddleware
 from api.routes_ops import DASHBOARD_CSP, DOCS_CSP, STATIC_DIR
 from api.settings import ApiConfig
@@ -98,6 +103,7 @@ def create_app(config: ApiConfig) -> FastAPI:
             allow_headers=["If-None-Match"],
             expose_headers=["ETag", "Retry-After"],
         )
+    app.add_middleware(InternalErrorMiddleware)  # innermost: its 500s are counted and carry the headers
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     app.add_middleware(SecurityHeadersMiddleware)
     return app

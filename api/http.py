@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +32,7 @@ STATUS_CODES: Final = {
     405: "method_not_allowed",
     422: "invalid_parameter",
     429: "rate_limited",
+    500: "internal_error",
     503: "unavailable",
 }
 # Sent with every response; the dashboard and docs pages (at / and /docs, and as files under
@@ -102,6 +103,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "invalid_parameter", _validation_message(exc))
 
     async def on_database(_: Request, exc: Exception) -> Response:
+        if not isinstance(exc, OperationalError | InterfaceError):  # reached, but the query failed
+            log.error("database error: %s", exc)
+            return error_response(500, "internal_error", "the request could not be answered")
         log.warning("database unavailable: %s", exc)
         return error_response(503, "database_unavailable", "the database cannot be reached")
 
@@ -132,6 +136,35 @@ class SecurityHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class InternalErrorMiddleware:
+    """Any exception no handler took becomes the API's JSON 500 here, inside the security headers'
+    and the metrics' middleware (Starlette's own last resort sits outside both: a plain-text 500
+    with neither the headers nor a count). A response already started can only be cut short."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error on %s", scope.get("path", "?"))
+            response = error_response(500, "internal_error", "the request could not be answered")
+            await response(scope, receive, send)
 
 
 class PolicyStaticFiles(StaticFiles):

@@ -74,7 +74,10 @@ def make_engine(url: str | DatabaseConfig) -> Engine:
         return engine
     connect_args: dict[str, Any] = {"connect_timeout": config.connect_timeout_s}
     if parsed.get_backend_name() == "postgresql":
-        connect_args["options"] = f"-c statement_timeout={config.statement_timeout_ms}"
+        # TimeZone: timestamps are rendered in UTC whatever the server's default. A peer's store
+        # may claim a Last-Modified of 9999-12-31; east of UTC that renders as year 10000, which
+        # psycopg cannot read, and every read of the window would fail.
+        connect_args["options"] = f"-c statement_timeout={config.statement_timeout_ms} -c TimeZone=UTC"
     return create_engine(
         parsed,
         pool_pre_ping=True,
