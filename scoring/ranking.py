@@ -103,6 +103,9 @@ class PeerRating:
     drift_similarity: float | None = None  # this window's long-lag similarity; None: not measured
     last_aggregated: int | None = None  # the last window that aggregated its update (earnings.py)
     last_matched: int | None = None  # the last window it played the rating match in (`play_match`)
+    # its final is 0 by a gate or penalty of its latest evidence (unproven, the BMA, out of the match,
+    # an invalid submission, a ban), not by its ordinal: earnings.py pays the one and not the other
+    gated: bool = False
 
     @property
     def ordinal(self) -> float:
@@ -152,10 +155,13 @@ def fresh_rating(hotkey: str, uid: int, cfg: RatingConfig) -> PeerRating:
 def final_score(peer: PeerRating, sync: float, cfg: RatingConfig) -> float:
     """`max(ordinal, 0) × sync` once the peer has proven its training (proof.py), else 0; also 0 with
     a BMA ≤ 0, or under its threshold after warm-up. A gate, not DESIGN §7's factor: README says why."""
+    return 0.0 if gated_out(peer, cfg) else max(peer.ordinal, 0.0) * sync
+
+
+def gated_out(peer: PeerRating, cfg: RatingConfig) -> bool:
+    """Do the gates of `final_score` hold its final at 0, whatever its ordinal?"""
     low = peer.bma <= 0.0 or (peer.evaluations > cfg.bma_warmup and peer.bma < cfg.bma_threshold)
-    if low or not proven(peer, cfg):
-        return 0.0
-    return max(peer.ordinal, 0.0) * sync
+    return low or not proven(peer, cfg)
 
 
 def update_bma(bma: float, indicator: float, alpha: float) -> float:
@@ -241,17 +247,18 @@ def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingCon
             consecutive_misses=0,
             consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,
         )
-        peer = replace(peer, final=final_score(peer, o.sync, cfg) if o.matched else 0.0)
+        gated = not o.matched or gated_out(peer, cfg)
+        peer = replace(peer, final=0.0 if gated else final_score(peer, o.sync, cfg), gated=gated)
     elif o.status in _MISSED:
         misses = peer.consecutive_misses + 1
         factor = miss_multiplier(misses, cfg.penalties)
         peer = replace(peer, consecutive_misses=misses, final=scale_positive(peer.final, factor))
     elif o.status is Status.INVALID:
-        peer = replace(peer, consecutive_misses=0, final=0.0)
+        peer = replace(peer, consecutive_misses=0, final=0.0, gated=True)
     else:  # valid, not sampled for evaluation this window
         peer = replace(peer, consecutive_misses=0)
     peer = _apply_copy(peer, o.copy_tier, window, cfg)
-    return replace(peer, final=0.0) if peer.banned(window) else peer
+    return replace(peer, final=0.0, gated=True) if peer.banned(window) else peer
 
 
 def _apply_copy(peer: PeerRating, tier: CopyTier, window: int, cfg: RatingConfig) -> PeerRating:

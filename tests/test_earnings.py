@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scoring.earnings import paid, ranked_by_uid, with_aggregated
-from scoring.ranking import PeerRating, RatingState
+from scoring.ranking import PeerOutcome, PeerRating, RatingConfig, RatingState, Status, update_ratings
 from scoring.weights import PowerWeights, RankWeights
 
 
@@ -47,3 +47,46 @@ def test_a_final_score_set_to_0_by_a_gate_or_penalty_is_not_paid() -> None:
     honest = PeerRating("honest", 1, 24.0, 8.0)  # ordinal 0
     ranked = ranked_by_uid(with_aggregated(_state(gated, honest), {"gated", "honest"}, 9), 9, 1)
     assert ranked == [(1, 0.5), (0, 0.0)]
+
+
+def _proven(hotkey: str, uid: int, mu: float, sigma: float, final: float) -> PeerRating:
+    return PeerRating(
+        hotkey, uid, mu, sigma, bma=0.5, evaluations=5, positives=5, margin_sum=1.0, windows_seen=5,
+        final=final, last_aggregated=9,
+    )  # fmt: skip
+
+
+def test_a_peer_gated_in_a_later_window_is_not_paid_whatever_its_ordinal() -> None:
+    """Three peers aggregated in window 9; in window 10 two send invalid bytes and one is left out of
+    the match. Each is held at 0 by its own evidence, so none is paid for window 9, at an ordinal
+    above 0 (`high`) or at or below it (`low`, `unmatched`): the ordinal alone used to pay the last
+    two the step for peers whose ordinal holds their final at 0."""
+    cfg = RatingConfig()
+    state = RatingState(
+        {
+            "ok": _proven("ok", 1, 30.0, 3.0, 21.0),
+            "high": _proven("high", 2, 30.0, 2.0, 24.0),
+            "low": _proven("low", 3, 12.0, 7.0, 0.0),
+            "unmatched": _proven("unmatched", 4, 12.0, 7.0, 0.0),
+        },
+        9,
+    )
+    outcomes = [
+        PeerOutcome("ok", 1, Status.OK, score=1.0, indicator=1, own_gain=0.5),
+        PeerOutcome("high", 2, Status.INVALID),
+        PeerOutcome("low", 3, Status.INVALID),
+        PeerOutcome("unmatched", 4, Status.OK, score=1.0, indicator=1, own_gain=0.5, matched=False),
+    ]
+    after = update_ratings(state, 10, outcomes, cfg)
+    assert after.peers["low"].ordinal <= 0.0 and after.peers["unmatched"].ordinal <= 0.0
+    ranked = dict(ranked_by_uid(after, 10, 3))
+    assert ranked[1] > 0.0 and ranked[2] == ranked[3] == ranked[4] == 0.0, ranked
+    assert set(RankWeights().compute(list(ranked.items()))) == {1}
+    assert all(after.peers[h].gated for h in ("high", "low", "unmatched")) and not after.peers["ok"].gated
+    # the same peers evaluated and matched again: held at 0 by their ordinal alone, paid the step
+    again = update_ratings(
+        after, 11, [PeerOutcome(h, u, Status.OK, score=1.0, indicator=1, own_gain=0.5) for h, u in
+                    (("ok", 1), ("low", 3))], cfg,
+    )  # fmt: skip
+    assert dict(ranked_by_uid(again, 11, 3))[3] > 0.0
+    assert not again.peers["low"].gated and again.peers["low"].final == 0.0

@@ -35,11 +35,11 @@ from validator.telemetry.metrics import Metrics
 
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
-    "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched",
+    "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched")
+LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated")
 
 
 def _unmeasured(value: object) -> bool:
@@ -117,6 +117,7 @@ def _row(
         # the window chain weights pay it from (scoring/earnings.py)
         "last_aggregated": rating.state.get("last_aggregated") if rating else None,
         "last_matched": rating.state.get("last_matched") if rating else None,  # played the match
+        "gated": rating.state.get("gated") if rating else None,  # held at 0 by a gate: paid nothing
     }
 
 
