@@ -133,10 +133,15 @@ def test_settings_round_trip_through_toml_and_secret_files(
 
 
 class _Chain:
-    def __init__(self, fail: int, holders: dict[int, str] | None = None) -> None:
-        self.fail, self.calls = fail, 0
+    hotkey = "v"  # the validator's own
+
+    def __init__(self, fail: int, holders: dict[int, str] | None = None, minimum: int = 0) -> None:
+        self.fail, self.calls, self.minimum = fail, 0, minimum
         self.holders = {4: "h"} if holders is None else holders
         self.set: list[dict[int, float]] = []
+
+    def min_weights(self) -> int:
+        return self.minimum
 
     def neurons(self) -> list[Neuron]:
         if not self.holders:

@@ -43,14 +43,15 @@ class LocalChainConfig:
     auto_advance: bool = True  # wait_for_block jumps the clock instead of waiting
     poll_seconds: float = 0.05  # when another process drives the clock
     weights_rate_limit: int = 0  # blocks between weight sets, as the subnet's hyperparameter
+    min_allowed_weights: int = 0  # the fewest uids a set may name (a self-weight alone is exempt)
 
     def __post_init__(self) -> None:
         if not self.validator_hotkey:
             raise ValueError("validator_hotkey must be non-empty")
         if self.block_seconds <= 0 or self.poll_seconds <= 0:
             raise ValueError("block_seconds and poll_seconds must be > 0")
-        if self.weights_rate_limit < 0:
-            raise ValueError("weights_rate_limit must be >= 0")
+        if self.weights_rate_limit < 0 or self.min_allowed_weights < 0:
+            raise ValueError("weights_rate_limit and min_allowed_weights must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,13 @@ class LocalChain:
             rows = db.execute("SELECT hotkey, text FROM commitments ORDER BY hotkey").fetchall()
         return {str(h): str(t) for h, t in rows}
 
+    @property
+    def hotkey(self) -> str:
+        return self.config.validator_hotkey
+
+    def min_weights(self) -> int:
+        return self.config.min_allowed_weights
+
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         hotkey = self.config.validator_hotkey
         with self._db() as db:
@@ -141,6 +149,14 @@ class LocalChain:
             return "weights must be finite and non-negative"
         if not any(w > 0 for w in weights.values()):
             return "All weights are zero; nothing to set."
+        own = db.execute(
+            "SELECT uid FROM neurons WHERE hotkey = ?", (self.config.validator_hotkey,)
+        ).fetchone()
+        named = sum(1 for w in weights.values() if w > 0)
+        if named < self.config.min_allowed_weights and set(weights) != {int(own[0])}:
+            return (
+                f"min_allowed_weights: {named} uids named, at least {self.config.min_allowed_weights} needed"
+            )
         last = db.execute(
             "SELECT MAX(block) FROM weight_sets WHERE hotkey = ?", (self.config.validator_hotkey,)
         ).fetchone()[0]

@@ -52,6 +52,11 @@ class WeightOutcome:
 class Chain(Protocol):
     """What the validator needs from a chain: time, the metagraph, commitments, and weights."""
 
+    @property
+    def hotkey(self) -> str:
+        """The validator's own hotkey, which sets the weights."""
+        ...
+
     def block(self) -> int:
         """Current head block number."""
         ...
@@ -70,6 +75,11 @@ class Chain(Protocol):
 
     def commitments(self) -> dict[str, str]:
         """Each hotkey's visible commitment text (untrusted, peer-controlled)."""
+        ...
+
+    def min_weights(self) -> int:
+        """The fewest uids a weight set may name (the subnet's MinAllowedWeights); a set of the
+        validator's own uid alone (a self-weight) is exempt."""
         ...
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:

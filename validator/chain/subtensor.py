@@ -94,6 +94,9 @@ class SubtensorChain:
                 out[str(hotkey)] = value
         return out
 
+    def min_weights(self) -> int:
+        return int(self._client.hyperparameters.min_allowed_weights(self.config.netuid))
+
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         try:
             intent = bt.SetWeights(

@@ -6,7 +6,7 @@ never raised: the scoring of the next window must not depend on the chain accept
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -14,12 +14,13 @@ import structlog
 from scoring.ranking import RatingState
 from scoring.weights import WeightPolicy
 from storage.records import NOT_LEADER, WeightSetRecord
-from validator.chain.protocol import Chain, WeightOutcome
+from validator.chain.protocol import Chain, Neuron, WeightOutcome
 from validator.round.rating import weights_for
 from validator.telemetry.events import LeaderLock
 from validator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
+U16_MAX = 65535  # the chain stores each weight as a u16 share of the largest
 
 
 @dataclass(slots=True)
@@ -77,42 +78,32 @@ class Weigher:
         self._leading = leader
         if not self.schedule.due(window):
             return None
-        if leader:
-            try:
-                ratings = self._registered(ratings)
-            except Exception as e:  # the metagraph unread: nothing is paid blind, the next window retries
-                log.exception("weights_metagraph_unread")
-                self.schedule.retry_pending = True
-                return self._done(WeightSetRecord(window, None, [], [], "failed", f"metagraph: {e}"[:500]))
-        weights = weights_for(ratings, window, self.policy, self.schedule.paid_windows(window))
-        uids = sorted(weights)
-        values = [weights[u] for u in uids]
-        if not leader:  # first: a follower never sets weights, whatever they would be
-            return self._done(WeightSetRecord(window, None, uids, values, "skipped", NOT_LEADER))
+        if not leader:  # a follower never sets weights; it records what they would be
+            weights = weights_for(ratings, window, self.policy, self.schedule.paid_windows(window))
+            return self._done(_record(window, None, weights, "skipped", NOT_LEADER))
+        try:
+            neurons, minimum = self.chain.neurons(), self.chain.min_weights()
+        except Exception as e:  # the metagraph unread: nothing is paid blind, the next window retries
+            log.exception("weights_metagraph_unread")
+            self.schedule.retry_pending = True
+            return self._done(WeightSetRecord(window, None, [], [], "failed", f"metagraph: {e}"[:500]))
+        paid = weights_for(
+            registered(ratings, neurons), window, self.policy, self.schedule.paid_windows(window)
+        )
+        own = next((n.uid for n in neurons if n.hotkey == self.chain.hotkey), None)
+        weights = conformed(paid, own, [n.uid for n in neurons], minimum)
         if not weights:
             return self._done(
-                WeightSetRecord(window, None, [], [], "skipped", "no peer aggregated lately scores")
+                _record(window, None, {}, "skipped", "nobody is paid and the validator holds no uid")
             )
         outcome = self._set(weights)
         self.schedule.retry_pending = not outcome.ok
         if outcome.ok:
             self.schedule.paid_since = window
-        result = "ok" if outcome.ok else "failed"
-        return self._done(
-            WeightSetRecord(
-                window, outcome.block, uids, values, result, None if outcome.ok else outcome.message
-            )
-        )
-
-    def _registered(self, ratings: RatingState) -> RatingState:
-        """The peers whose uid still belongs to their hotkey, read from the metagraph right before the
-        set: the round read it at its fetch, minutes before, and a uid freed since (deregistered) and
-        taken by a newcomer, or by the validator itself, would have paid them the old holder's work."""
-        holder = {n.uid: n.hotkey for n in self.chain.neurons()}
-        kept = {hotkey: p for hotkey, p in ratings.peers.items() if holder.get(p.uid) == hotkey}
-        if len(kept) < len(ratings.peers):
-            log.info("weights_unregistered_left_out", peers=len(ratings.peers) - len(kept))
-        return RatingState(kept, ratings.window)
+        if not paid:
+            log.info("weights_self", window=window, ok=outcome.ok)  # withdraws the last vector
+        result, error = ("ok", None) if outcome.ok else ("failed", outcome.message)
+        return self._done(_record(window, outcome.block, weights, result, error))
 
     def _set(self, weights: dict[int, float]) -> WeightOutcome:
         try:
@@ -129,3 +120,40 @@ class Weigher:
             log.error("weight_set_not_recorded", window=rec.window, error=str(e))
         log.info("weights", window=rec.window, outcome=rec.outcome, error=rec.error, peers=len(rec.uids))
         return rec
+
+
+def _record(
+    window: int, block: int | None, weights: dict[int, float], result: str, error: str | None
+) -> WeightSetRecord:
+    uids = sorted(weights)
+    return WeightSetRecord(window, block, uids, [weights[u] for u in uids], result, error)
+
+
+def registered(ratings: RatingState, neurons: Sequence[Neuron]) -> RatingState:
+    """The peers whose uid still belongs to their hotkey, read from the metagraph right before the
+    set: the round read it at its fetch, minutes before, and a uid freed since (deregistered) and
+    taken by a newcomer, or by the validator itself, would have paid them the old holder's work."""
+    holder = {n.uid: n.hotkey for n in neurons}
+    kept = {hotkey: p for hotkey, p in ratings.peers.items() if holder.get(p.uid) == hotkey}
+    if len(kept) < len(ratings.peers):
+        log.info("weights_unregistered_left_out", peers=len(ratings.peers) - len(kept))
+    return RatingState(kept, ratings.window)
+
+
+def conformed(
+    weights: dict[int, float], own: int | None, uids: Sequence[int], minimum: int
+) -> dict[int, float]:
+    """`weights` as the chain takes them.
+
+    Nobody paid: the validator's own uid alone (a self-weight). Skipping the set instead left the
+    last vector in force, paying peers banned or gone since. Fewer uids than the subnet's minimum:
+    the chain refuses the set, every window, and the last vector again stays; so the set is padded
+    with the validator's own uid, then the lowest registered uids, each at the least weight the
+    chain's u16 quantisation keeps (1 of 65535 of the largest: nothing anyone could earn by)."""
+    if not weights:
+        return {} if own is None else {own: 1.0}
+    if len(weights) >= minimum:
+        return weights
+    least = max(weights.values()) / U16_MAX
+    spare = [u for u in dict.fromkeys([*([] if own is None else [own]), *sorted(uids)]) if u not in weights]
+    return weights | {u: least for u in spare[: minimum - len(weights)]}

@@ -1,0 +1,89 @@
+"""What the leader sends when the paid set is empty or smaller than the subnet's MinAllowedWeights
+(validator/round/weighing.py `conformed`), on LocalChain, which refuses what a chain would.
+
+Before: nobody paid meant no set at all, so the last vector stayed in force and kept paying peers
+banned or gone since; a paid set under the subnet's minimum was refused by the chain every window,
+with the same effect."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scoring.ranking import PeerRating, RatingState
+from scoring.weights import RankWeights
+from storage.records import WeightSetRecord
+from validator.chain.local import LocalChain, LocalChainConfig
+from validator.round.weighing import U16_MAX, Weigher, WeightSchedule, conformed
+from validator.telemetry.events import LeaderLock
+from validator.telemetry.metrics import Metrics
+
+VALIDATOR = "validator"
+
+
+def _chain(tmp_path: Path, minimum: int = 0) -> LocalChain:
+    chain = LocalChain(LocalChainConfig(tmp_path / "chain.db", min_allowed_weights=minimum))
+    for hotkey in (VALIDATOR, "a", "b", "c", "d"):  # uids 0-4
+        chain.register(hotkey)
+    return chain
+
+
+def _weigher(chain: LocalChain, records: list[WeightSetRecord]) -> Weigher:
+    return Weigher(chain, RankWeights(), LeaderLock(None, "v"), records.append, WeightSchedule(1), Metrics())
+
+
+def _state(window: int, *aggregated: str) -> RatingState:
+    return RatingState(
+        {h: PeerRating(h, uid, 30.0, 1.0, final=2.0, last_aggregated=window) for h, uid in aggregated}, window
+    )
+
+
+def test_nobody_paid_sets_a_self_weight_that_withdraws_the_last_vector(tmp_path: Path) -> None:
+    chain, records = _chain(tmp_path), []
+    weigher = _weigher(chain, records)
+    first = weigher.maybe_set(3, _state(3, ("a", 1)))
+    assert first is not None and first.outcome == "ok" and chain.weight_sets()[-1].weights == {1: 1.0}
+    # window 4: "a" was banned or left, nobody was aggregated: the chain must stop paying it
+    idle = weigher.maybe_set(4, RatingState({}, 4))
+    assert idle is not None and idle.outcome == "ok" and list(idle.uids) == [0]
+    assert chain.weight_sets()[-1].weights == {0: 1.0}
+    assert weigher.schedule.paid_since == 4
+
+
+def test_a_paid_set_under_the_subnets_minimum_is_padded_and_accepted(tmp_path: Path) -> None:
+    chain, records = _chain(tmp_path, minimum=4), []
+    refused = chain.set_weights({1: 0.7, 2: 0.3})
+    assert not refused.ok and "min_allowed_weights" in refused.message  # the chain's rule, modelled
+    done = _weigher(chain, records).maybe_set(3, _state(3, ("c", 3), ("b", 2)))
+    assert done is not None and done.outcome == "ok", done
+    sent = chain.weight_sets()[-1].weights
+    assert set(sent) == {0, 1, 2, 3}  # the paid two, then the validator's own uid, then the lowest
+    top = max(sent.values())
+    assert {u: round(w / top * U16_MAX) for u, w in sent.items() if u in (0, 1)} == {0: 1, 1: 1}
+    assert list(done.uids) == [0, 1, 2, 3]  # the record shows what was sent
+
+
+def test_the_validator_without_a_uid_and_nobody_paid_skips(tmp_path: Path) -> None:
+    chain = LocalChain(LocalChainConfig(tmp_path / "chain.db"))
+    chain.register("a")
+    records: list[WeightSetRecord] = []
+    skipped = _weigher(chain, records).maybe_set(3, RatingState({}, 3))
+    assert skipped is not None and skipped.outcome == "skipped" and chain.weight_sets() == []
+
+
+@pytest.mark.parametrize(
+    ("weights", "own", "minimum", "expected"),
+    [
+        ({}, 7, 0, {7: 1.0}),
+        ({}, None, 3, {}),
+        ({5: 1.0}, 7, 1, {5: 1.0}),
+        ({5: 0.5, 6: 0.5}, 7, 4, {5: 0.5, 6: 0.5, 7: 0.5 / U16_MAX, 0: 0.5 / U16_MAX}),
+        ({0: 1.0}, None, 3, {0: 1.0, 1: 1 / U16_MAX, 2: 1 / U16_MAX}),
+        ({0: 1.0}, 0, 9, {0: 1.0, 1: 1 / U16_MAX, 2: 1 / U16_MAX, 3: 1 / U16_MAX}),  # all there is
+    ],
+)
+def test_conformed(
+    weights: dict[int, float], own: int | None, minimum: int, expected: dict[int, float]
+) -> None:
+    assert conformed(weights, own, [3, 2, 1, 0], minimum) == expected
