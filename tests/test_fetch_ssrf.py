@@ -71,6 +71,10 @@ def test_public_names_and_addresses_still_parse() -> None:
         ("169.254.169.254", False), ("100.64.0.1", False), ("224.0.0.1", False), ("240.0.0.1", False),
         ("0.0.0.0", False), ("::1", False), ("fe80::1", False), ("fc00::1", False), ("ff02::1", False),
         ("::ffff:127.0.0.1", False), ("::ffff:169.254.169.254", False), ("::", False),
+        # 6to4 of loopback, the metadata address and 10/8; site-local; Teredo; NAT64; a public 6to4
+        ("2002:7f00:1::1", False), ("2002:a9fe:a9fe::", False), ("2002:a00:1::1", False),
+        ("fec0::1", False), ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False), ("64:ff9b::a00:1", False),
+        ("2002:808:808::1", False), ("2a00:1450:4001:80b::200e", True),
     ],
 )  # fmt: skip
 def test_public_addresses(address: str, public: bool) -> None:

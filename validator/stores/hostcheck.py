@@ -102,10 +102,20 @@ def numeric_looking(host: str) -> bool:
     return any(_NUMERIC_LABEL.fullmatch(label) for label in host.split(".")) and not is_dotted_quad(host)
 
 
+# IPv6 that tunnels to an IPv4 address (6to4 2002::/16, Teredo 2001::/32: Python before 3.13 calls
+# 6to4 of a private address global) or outside global unicast (site-local fec0::/10 passes is_global):
+# a peer's AAAA record must name a plain global unicast address.
+_GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
+_TUNNELS = (ipaddress.IPv6Network("2002::/16"), ipaddress.IPv6Network("2001::/32"))
+
+
 def is_public(address: IPAddress) -> bool:
     """A globally routable unicast address; anything else is internal to someone."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return is_public(address.ipv4_mapped)
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return is_public(address.ipv4_mapped)
+        if address not in _GLOBAL_UNICAST or any(address in net for net in _TUNNELS):
+            return False
     return address.is_global and not (
         address.is_multicast or address.is_reserved or address.is_unspecified or address.is_loopback
     )
