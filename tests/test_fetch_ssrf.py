@@ -177,6 +177,34 @@ def test_https_goes_to_the_checked_address_and_verifies_the_name(certificate: tu
         with pytest.raises(StoreError):  # the certificate is not for 127.0.0.1: refused, not ignored
             asyncio.run(head("127.0.0.1"))
 
+        async def one_after_the_other() -> tuple[bytes | Path, str]:
+            """A whole GET from a name whose certificate checks (its connection goes back to the
+            pool), then a HEAD to another name served at the same address, in one fetch: it must
+            not ride that connection, whose certificate was checked for the first name only (one
+            pool keyed on the address let it through, and a presigned request with it)."""
+            limits = HttpLimits(allow_private_hosts=True, verify=trusted)
+            key = object_key(5, "peer")
+            async with PeerHttp(limits) as http:
+                first = StorageLocation(
+                    scheme="https", host="localhost", port=tls_store.port, bucket="bucket"
+                )
+                store = open_store(first)
+                assert isinstance(store, S3Store)
+                body = await http.get(first, store, key, await http.head(first, store, key))
+                other = StorageLocation(
+                    scheme="https", host="127.0.0.1", port=tls_store.port, bucket="bucket"
+                )
+                store = open_store(other)
+                assert isinstance(store, S3Store)
+                try:
+                    await http.head(other, store, key)
+                except StoreError as refused:
+                    return body, str(refused)
+                return body, "accepted"
+
+        body, second = asyncio.run(one_after_the_other())
+        assert body == b"over-tls" and "CERTIFICATE_VERIFY_FAILED" in second, second
+
 
 def test_hanging_lookups_neither_starve_honest_ones_nor_hold_the_loop(
     monkeypatch: pytest.MonkeyPatch,

@@ -58,22 +58,35 @@ class HttpLimits:
 
 
 class PeerHttp:
-    """One httpx client for one event loop (`async with`), shared by every peer fetched in it."""
+    """The httpx clients of one event loop (`async with`), shared by every peer fetched in it: one
+    per store name. Requests go to the checked address, so one pool would key its connections on
+    that address alone and hand a connection whose certificate was checked for one name to another
+    name served there (a peer's own host on a victim's CDN address), unchecked."""
 
     def __init__(self, limits: HttpLimits, connections: int = 100) -> None:
-        self.limits = limits
-        timeout = httpx.Timeout(limits.connect_timeout_s, read=limits.rate_grace_s)
-        pool = httpx.Limits(max_connections=max(connections, 1))
+        self.limits, self._connections = limits, max(connections, 1)
+        self._clients: dict[tuple[str, str, int], httpx.AsyncClient] = {}
+
+    def client(self, scheme: str, host: str, port: int) -> httpx.AsyncClient:
+        """The client for one store name; its connections serve that name only."""
+        key = (scheme, host, port)
+        if (found := self._clients.get(key)) is not None:
+            return found
+        timeout = httpx.Timeout(self.limits.connect_timeout_s, read=self.limits.rate_grace_s)
         # trust_env=False: a proxy or netrc in the environment must not change where requests go
-        self._client = httpx.AsyncClient(
-            follow_redirects=False, timeout=timeout, limits=pool, trust_env=False, verify=limits.verify
-        )
+        made = self._clients[key] = httpx.AsyncClient(
+            follow_redirects=False, timeout=timeout, limits=httpx.Limits(max_connections=self._connections),
+            trust_env=False, verify=self.limits.verify,
+        )  # fmt: skip
+        return made
 
     async def __aenter__(self) -> PeerHttp:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._client.aclose()
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
 
     async def head(self, location: StorageLocation, store: S3Store, key: str) -> ObjectHead:
         async with self._request("HEAD", location, store, key, {}) as response:
@@ -185,12 +198,14 @@ class _Exchange:
 
     async def __aenter__(self) -> httpx.Response:
         url, host_header, sni = await self._target()
-        request = self.http._client.build_request(
+        loc = self.location
+        client = self.http.client(loc.scheme, loc.host, loc.port or (443 if loc.scheme == "https" else 80))
+        request = client.build_request(
             self.method, url, headers={"Host": host_header, "Accept-Encoding": "identity", **self.headers},
             extensions={"sni_hostname": sni} if sni else {},
         )  # fmt: skip
         try:
-            self.response = await self.http._client.send(request, stream=True)
+            self.response = await client.send(request, stream=True)
         except httpx.TimeoutException:
             raise TimeoutError(f"{self.method} timed out") from None
         except httpx.HTTPError as error:
