@@ -136,3 +136,20 @@ def test_absent_objects_give_their_connection_back(store: FakeS3) -> None:
     assert [r.reason for r in results[:6]] == [Reason.MISSING] * 6
     assert [r.status for r in results[6:]] == [Status.OK] * 2
     assert time.monotonic() - started < 1.0
+
+
+def test_a_get_the_deadline_cut_short_is_not_held_against_its_peer(store: FakeS3) -> None:
+    """One slot: a staller trickles just above the floor rate and holds it for its whole budget (its
+    own fault: `fetch_failed`); the honest peer after it gets only what is left before the deadline,
+    less than its store needs, and runs out: the validator's shortfall, `not_attempted` (not
+    penalised). Both used to end `fetch_failed`, so stallers could get honest peers penalised."""
+    config = FetchConfig(
+        concurrency=1, head_timeout_s=0.5, peer_budget_s=2.0, retries=0, min_bytes_per_s=100.0,
+        rate_grace_s=0.5, allow_private_hosts=True,
+    )  # fmt: skip
+    staller = honest(store, "staller", size=10_000, trickle=400.0)  # 25 s of body
+    late = honest(store, "late", size=3_000, trickle=2_000.0)  # 1.5 s: inside its own budget
+    results = asyncio.run(Fetcher(config).fetch_all([staller, late], deadline_s=3.0))
+    assert (results[0].status, results[0].reason) == (Status.MISSING, Reason.FETCH_FAILED)
+    assert (results[1].status, results[1].reason) == (Status.MISSING, Reason.NOT_ATTEMPTED), results[1]
+    assert "deadline cut" in results[1].detail

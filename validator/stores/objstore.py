@@ -28,6 +28,7 @@ from obstore.store import LocalStore, S3Store
 
 from scoring.types import Reason
 from validator.stores.commitments import StorageLocation
+from validator.stores.fetch_deadline import CUT, excused, unfinished
 from validator.stores.fetch_types import (
     FetchConfig,
     FetchRequest,
@@ -239,13 +240,14 @@ class Fetcher:
                     return finish(i, out)
                 stage[i] = "headed"
                 async with gate:
-                    stage[i] = "get"
                     budget = min(self.config.peer_budget_s, deadline - time.monotonic())
+                    stage[i] = "get" if budget >= self.config.peer_budget_s else CUT
                     store = self._store(out.request.location)
-                    finish(i, await get_step(http, store, out, self.config, sightings, budget))
+                    got = await get_step(http, store, out, self.config, sightings, budget)
+                    finish(i, excused(got) if stage[i] == CUT else got)
 
             await _run_until([one(i) for i in fetch_order(len(requests), seed)], deadline)
-        return [r or _unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
+        return [r or unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
 
     async def fetch(self, request: FetchRequest, sightings: Sightings | None = None) -> FetchResult:
         """One submission on its own: HEAD, then GET within the per-peer budget."""
@@ -284,11 +286,3 @@ async def _run_until(coroutines: Sequence[Awaitable[None]], deadline: float) -> 
     for outcome in await asyncio.gather(*tasks, return_exceptions=True):
         if isinstance(outcome, Exception):  # a bug, not a peer's fault: logged, the peer ends unfinished
             log.error("fetch_task_failed", error=repr(outcome)[:300])
-
-
-def _unfinished(request: FetchRequest, stage: str | None) -> FetchResult:
-    """No result by the deadline: the store's fault when a request to it was in flight, nobody's
-    when the validator never sent it one (not penalised, DESIGN.md §7)."""
-    if stage in ("head", "get"):
-        return failed(request.hotkey, Reason.FETCH_FAILED, "the window's fetch deadline passed")
-    return failed(request.hotkey, Reason.NOT_ATTEMPTED, "the validator did not reach this peer in time")
