@@ -163,3 +163,35 @@ def test_workdir_has_everything_replay_needs(scenario: ScenarioRun) -> None:
     workdir = Path(scenario.runner.cfg.workdir)
     assert (workdir / "gauntlet.toml").is_file()
     assert (workdir / "gauntlet.db").is_file()
+
+
+def test_replay_judges_archived_submissions_from_files(
+    scenario: ScenarioRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replay hands the judge each archived submission as a file, as the live round hands it its
+    spooled downloads, so updates are read a parameter at a time: given as bytes, every peer's bytes
+    and its whole decoded update were held together (8-11 times the window's uploads)."""
+    import validator.round.replay as replay
+    from validator.wiring import load_model, round_config
+
+    bodies: list[object] = []
+    real = replay.file_judge
+
+    def recording(**kwargs: object) -> object:
+        judge = real(**kwargs)  # type: ignore[arg-type]
+
+        def wrapped(hotkey: str, uid: int, data: object) -> object:
+            bodies.append(data)
+            return judge(hotkey, uid, data)  # type: ignore[arg-type]
+
+        return wrapped
+
+    monkeypatch.setattr(replay, "file_judge", recording)
+    runner = scenario.runner
+    rows = replay.replay_window(
+        FIRST + 2, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        dataset=runner.dataset, cfg=round_config(runner.settings),
+    )  # fmt: skip
+    assert [r.hotkey for r in rows if r.differences(0.0)] == []
+    assert bodies and all(isinstance(b, Path) for b in bodies), {type(b).__name__ for b in bodies}
+    assert not any(b.exists() for b in bodies if isinstance(b, Path))  # removed after the replay

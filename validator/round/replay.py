@@ -9,8 +9,10 @@ round's own `score_window`: checks, uniqueness, LossScore, the rating update and
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from scoring.data import Dataset
@@ -23,7 +25,7 @@ from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, Wi
 from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
 from validator.round.drift import sketch_loader
-from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.round.outcomes import PeerTarget, PeerWindow, Scored
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.recording import evaluation_record, rating_record, submission_record
 from validator.round.recycling import earlier_loader
@@ -67,19 +69,23 @@ class ReplayRow:
         return out
 
 
-def _peer(sub: SubmissionRecord, ledger: Ledger) -> PeerWindow:
-    """The fetch stage's outcome as recorded: bytes from the archive, statuses as they were."""
+def _peer(sub: SubmissionRecord, ledger: Ledger, spool: Path) -> PeerWindow:
+    """The fetch stage's outcome as recorded: the archived bytes in a file under `spool` (read as
+    the live round reads its spooled downloads, one parameter at a time: held in memory together,
+    every peer's bytes and decoded update took 8-11 times the window's uploads), statuses as they
+    were."""
     target = PeerTarget(sub.uid, sub.hotkey, None)
     status = Status(sub.status)
     if sub.content_digest is None or status in (Status.MISSING, Status.EARLY, Status.LATE):
         return PeerWindow(target, status, sub.reason, sub.detail)
-    data = ledger.archive.get(sub.content_digest)
+    path = spool / f"{sub.content_digest}.safetensors"
+    path.write_bytes(ledger.archive.get(sub.content_digest))  # one submission in memory at a time
     ts = sub.storage_time.timestamp() if sub.storage_time else None
     fetch = FetchResult(
         sub.hotkey,
         Status.OK,
-        data=data,
-        size=len(data),
+        path=path,
+        size=path.stat().st_size,
         etag=sub.etag,
         last_modified=ts,
         first_seen=sub.first_seen,
@@ -180,28 +186,39 @@ def replay_window(
         )
     seed = ledger.sketch_seed(window) or 0  # none stored: the window sketched nobody
     ctx = WindowContext(window, gm.base, param_spec(model), WindowSeed(record.heldout_seed), cfg, seed)
-    peers = [_peer(s, ledger) for s in record.submissions]
-    judge = file_judge(window=window, base=gm.base, spec=ctx.spec, cfg=cfg.check, archive=lambda data: "")
-    inputs = WindowInputs(
-        model=model,
-        dataset=dataset,
-        judge=judge,
-        ratings=ledger.ratings_after(window - 1) if window > 0 else RatingState(),
-        seen_before=lambda digests: ledger.seen_before(digests, window),
-        evaluator=evaluate_peers,
-        budget=lambda: len(peers),
-        # evaluated peers, and those whose evaluation was rejected as non-finite (it stored none)
-        only={e.hotkey for e in record.evaluations}
-        | {s.hotkey for s in record.submissions if s.reason == Reason.NON_FINITE_LOSS},
-        earlier=earlier_loader(ledger, window, ctx.spec, cfg.check),
-        sketches=sketch_loader(ledger, window, seed, cfg.ranking.persistence),
-    )
-    scored = score_window(ctx, peers, inputs, Stages(window, Metrics()))
+    with tempfile.TemporaryDirectory(prefix="gauntlet-replay-window-") as spool:
+        scored = _rescore(record, ledger, model, dataset, ctx, Path(spool))
+        # while the files are there: an update read from its file reads them for its norms
+        again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)
     stored = _stored_rows(record)
-    again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)
     for field in LATER:
         if all(row[field] is None for row in stored.values()):
             for row in again.values():
                 row[field] = None
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]
+
+
+def _rescore(
+    record: WindowRecord, ledger: Ledger, model: LlamaModel, dataset: Dataset, ctx: WindowContext, spool: Path
+) -> Scored:
+    """The live round's `score_window` over the window's stored inputs."""
+    peers = [_peer(s, ledger, spool) for s in record.submissions]
+    judge = file_judge(
+        window=ctx.window, base=ctx.base, spec=ctx.spec, cfg=ctx.cfg.check, archive=lambda data: ""
+    )
+    inputs = WindowInputs(
+        model=model,
+        dataset=dataset,
+        judge=judge,
+        ratings=ledger.ratings_after(ctx.window - 1) if ctx.window > 0 else RatingState(),
+        seen_before=lambda digests: ledger.seen_before(digests, ctx.window),
+        evaluator=evaluate_peers,
+        budget=lambda: len(peers),
+        # evaluated peers, and those whose evaluation was rejected as non-finite (it stored none)
+        only={e.hotkey for e in record.evaluations}
+        | {s.hotkey for s in record.submissions if s.reason == Reason.NON_FINITE_LOSS},
+        earlier=earlier_loader(ledger, ctx.window, ctx.spec, ctx.cfg.check),
+        sketches=sketch_loader(ledger, ctx.window, ctx.sketch_seed, ctx.cfg.ranking.persistence),
+    )
+    return score_window(ctx, peers, inputs, Stages(ctx.window, Metrics()))
