@@ -79,6 +79,26 @@ def test_an_archive_that_cannot_give_bytes_back_is_the_validators_fault(worker_r
         LocalPool(replica_of(worker_run)).evaluate(task, [*jobs, missing])
 
 
+def test_a_worker_reads_a_peers_update_from_a_file(
+    worker_run: DemoRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each job's archived bytes go to a file and are read a parameter at a time, as the validator's
+    own evaluation reads its spooled downloads (decoded whole, an update took 8-11x its file), with
+    the same evaluation to the bit; the file is gone after the job."""
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    seen: list[Path] = []
+    stored = replica_module.stored_archived
+
+    def spy(data: bytes, path: Path, *args: object) -> object:
+        seen.append(path)
+        return stored(data, path, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replica_module, "stored_archived", spy)
+    out = LocalPool(replica_of(worker_run)).evaluate(task, jobs)
+    assert not out.failed and {u: losses(ev) for u, ev in out.evals.items()} == recorded(worker_run, 2)
+    assert len(seen) == len(jobs) and not any(p.exists() for p in seen)
+
+
 def test_a_device_out_of_memory_is_reported_as_such(
     worker_run: DemoRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:

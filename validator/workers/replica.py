@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import torch
 
@@ -31,9 +33,9 @@ from storage.archive import SubmissionArchive
 from storage.checkpoints import AggregateStep, load_checkpoint
 from validator.state.global_model import (
     GlobalModel,
-    decode_archived,
     load_model_bytes,
     replay_aggregates,
+    stored_archived,
 )
 from validator.workers.spec import ReplicaPlan, WindowTask, WorkerJob, WorkerSpec
 
@@ -131,17 +133,25 @@ class Replica:
         except Exception as e:
             raise ArchiveUnreadable(f"{type(e).__name__}: {e}"[:300]) from e
         try:
-            update = decode_archived(data, self.state.model, self.spec.codec)
-            load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
-            heldout, before = self._heldout_of(task.heldout_seed)
-            results = evaluate_peers(
-                self.state.model,
-                [PeerJob(job.uid, update, load)],
-                heldout,
-                reference=task.reference,
-                cfg=self.spec.eval.loss,
-                before=before,
-            )
+            # from a file, a parameter at a time, as the validator's own evaluation reads its spooled
+            # downloads: decoded whole, an update took 8-11 times its file in this worker's memory
+            with tempfile.TemporaryDirectory(prefix="gauntlet-job-") as folder:
+                update = stored_archived(
+                    data, Path(folder) / "update.safetensors", self.state.model, self.spec.codec
+                )
+                del data
+                load = partial(
+                    own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval
+                )
+                heldout, before = self._heldout_of(task.heldout_seed)
+                results = evaluate_peers(
+                    self.state.model,
+                    [PeerJob(job.uid, update, load)],
+                    heldout,
+                    reference=task.reference,
+                    cfg=self.spec.eval.loss,
+                    before=before,
+                )
         except (torch.OutOfMemoryError, MemoryError) as e:  # the model is restored (finally) before this
             raise OutOfMemory(f"{type(e).__name__}: {e}"[:300]) from e
         return results[0]
