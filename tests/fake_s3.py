@@ -29,6 +29,7 @@ class FakeObject:
     last_modified_header: str | None = None  # sent verbatim instead of `last_modified` (hostile stores)
     content_length_header: str | None = None  # sent in HEAD answers instead of the data's length
     trickle_bytes_per_s: float | None = None  # a body sent this slowly (after the headers)
+    version: str | None = None  # sent as x-amz-version-id (a versioned bucket)
 
 
 @dataclass
@@ -81,6 +82,8 @@ def _handler(store: FakeS3) -> type[BaseHTTPRequestHandler]:
             )
             self.send_header("Content-Length", length)
             self.send_header("ETag", obj.etag)
+            if obj.version is not None:
+                self.send_header("x-amz-version-id", obj.version)
             stamp = obj.last_modified if obj.last_modified is not None else obj.visible_at
             self.send_header("Last-Modified", obj.last_modified_header or formatdate(stamp, usegmt=True))
             self.end_headers()

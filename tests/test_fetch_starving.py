@@ -153,3 +153,19 @@ def test_a_get_the_deadline_cut_short_is_not_held_against_its_peer(store: FakeS3
     assert (results[0].status, results[0].reason) == (Status.MISSING, Reason.FETCH_FAILED)
     assert (results[1].status, results[1].reason) == (Status.MISSING, Reason.NOT_ATTEMPTED), results[1]
     assert "deadline cut" in results[1].detail
+
+
+def test_the_object_version_a_store_names_is_recorded(store: FakeS3) -> None:
+    """A versioned bucket names the version read: it reaches the submission record (and the API's
+    `version_id`, which was always null)."""
+    from validator.round.outcomes import PeerTarget as Target
+    from validator.round.outcomes import PeerWindow
+    from validator.round.recording import submission_record
+
+    versioned = honest(store, "versioned")
+    store.objects[f"/bucket/{versioned.key}"].version = "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"
+    plain = honest(store, "plain")
+    results = asyncio.run(Fetcher(FAST).fetch_all([versioned, plain], deadline_s=5.0))
+    assert [r.version for r in results] == ["3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", None]
+    peer = PeerWindow(Target(1, "versioned", None), Status.OK, None, "", results[0])
+    assert submission_record(peer, "k").version_id == "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"

@@ -56,6 +56,7 @@ def submission_record(
         detail=p.detail[:500],
         object_key=key if f is not None else None,
         etag=f.etag if f is not None else None,
+        version_id=f.version if f is not None else None,
         size=f.size if f is not None else None,
         payload_digest=p.update.digest if p.update is not None else None,
         content_digest=p.content_digest,

@@ -87,6 +87,7 @@ def _peer(sub: SubmissionRecord, ledger: Ledger, spool: Path) -> PeerWindow:
         path=path,
         size=path.stat().st_size,
         etag=sub.etag,
+        version=sub.version_id,
         last_modified=ts,
         first_seen=sub.first_seen,
         seen_resolution_s=sub.seen_resolution_s,

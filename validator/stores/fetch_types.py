@@ -89,6 +89,7 @@ class FetchResult:
     path: Path | None = None  # the body on disk instead of `data`, when the fetcher spools
     size: int | None = None
     etag: str | None = None
+    version: str | None = None  # the object version the store named (x-amz-version-id), if any
     last_modified: float | None = None  # unix seconds, as the store reports it (peer-controlled)
     fetched_at: float = 0.0
     first_seen: float | None = None

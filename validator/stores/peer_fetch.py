@@ -73,7 +73,12 @@ async def head_step(
     except (StoreError, BaseError, OSError, TimeoutError) as error:
         return _failure(request, error)
     seen = FetchResult(
-        request.hotkey, Status.OK, size=head.size, etag=head.etag, last_modified=head.last_modified
+        request.hotkey,
+        Status.OK,
+        size=head.size,
+        etag=head.etag,
+        version=head.version,
+        last_modified=head.last_modified,
     )
     if head.size > config.max_bytes:
         return _final(seen, Status.INVALID, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}")
