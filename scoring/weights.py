@@ -5,7 +5,7 @@ The u16 conversion and the chain call belong to the bittensor SDK, not here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -75,8 +75,22 @@ class RankWeights:
         tail_w = _scaled([cfg.tail_decay**i for i in range(len(tail))], cfg.tail_share)
         if cfg.monotone and tail_w and tail_w[0] > top_w[-1]:
             tail_w = [w * top_w[-1] / tail_w[0] for w in tail_w]
-        raw = dict(zip(top + tail, top_w + tail_w, strict=True))
+        raw = _ties_alike(dict(zip(top + tail, top_w + tail_w, strict=True)), dict(ranked))
         return _with_burn(raw, cfg.burn_uid, cfg.burn_share)
+
+
+def _ties_alike(weights: dict[int, float], scores: Mapping[int, float]) -> dict[int, float]:
+    """Peers of equal score share their places' weights equally: the rank order breaks ties by uid,
+    which would pay one of two equal peers more for its number."""
+    by_score: dict[float, list[int]] = {}
+    for uid in weights:
+        by_score.setdefault(scores[uid], []).append(uid)
+    out = dict(weights)
+    for uids in by_score.values():
+        if len(uids) > 1:
+            mean = sum(weights[u] for u in uids) / len(uids)
+            out.update(dict.fromkeys(uids, mean))
+    return out
 
 
 class PowerWeights:

@@ -87,3 +87,25 @@ def test_conformed(
     weights: dict[int, float], own: int | None, minimum: int, expected: dict[int, float]
 ) -> None:
     assert conformed(weights, own, [3, 2, 1, 0], minimum) == expected
+
+
+def test_a_process_behind_the_last_set_does_not_set_again(tmp_path: Path) -> None:
+    """A process that takes the lead with a window older than the last successful set (or re-scores
+    the window it set before a crash) has nothing new to pay: it used to pay every window ever."""
+    chain, records = _chain(tmp_path), []
+    weigher = _weigher(chain, records)
+    weigher.schedule.paid_since = 12
+    state = RatingState({"a": PeerRating("a", 1, 30.0, 1.0, final=2.0, last_aggregated=2)}, 9)
+    skipped = weigher.maybe_set(9, state)
+    assert skipped is not None and skipped.outcome == "skipped" and chain.weight_sets() == []
+    assert weigher.schedule.paid_windows(12) == 0 and weigher.schedule.paid_since == 12
+
+
+@pytest.mark.parametrize("uid", [-1, 65536])
+def test_a_burn_uid_the_chain_cannot_name_is_refused_at_start(uid: int) -> None:
+    from pydantic import ValidationError
+
+    from validator.settings import Settings
+
+    with pytest.raises(ValidationError, match="burn_uid"):
+        Settings(burn_uid=uid)

@@ -25,6 +25,11 @@ def test_rank_schedule_default_is_monotone_and_sums_to_one() -> None:
     assert sum(values) == pytest.approx(1.0)
 
 
+def test_equal_scores_are_paid_alike_whatever_their_uids() -> None:
+    w = RankWeights().compute([(7, 5.0), (4, 5.0), (9, 1.0)])
+    assert w[4] == w[7] > w[9] and sum(w.values()) == pytest.approx(1.0)
+
+
 def test_burn_and_empty() -> None:
     cfg = RankWeightsConfig(burn_uid=0, burn_share=0.4)
     w = RankWeights(cfg).compute([(5, 1.0), (6, 2.0)])
@@ -66,3 +71,7 @@ def test_weight_properties(values: list[float], burn: float, power: bool) -> Non
     order = sorted(peers, key=lambda u: (-values[u - 1], u))
     got = [peers[u] for u in order]
     assert all(a >= b - 1e-12 for a, b in itertools.pairwise(got))
+    # equal scores, equal weights (not ordered by uid)
+    for a, b in itertools.combinations(peers, 2):
+        if values[a - 1] == values[b - 1]:
+            assert peers[a] == pytest.approx(peers[b])

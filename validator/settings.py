@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     bma_warmup: int = Field(default=10, ge=0)
     bma_threshold: float = Field(default=0.10, ge=0)
     weight_policy: Literal["rank", "power"] = "rank"
-    burn_uid: int | None = None
+    burn_uid: int | None = Field(default=None, ge=0, le=65535)  # a uid the chain can name
     burn_share: float = Field(default=0.0, ge=0, le=1)
 
     # the API

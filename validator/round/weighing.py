@@ -50,9 +50,9 @@ class WeightSchedule:
     def paid_windows(self, window: int) -> int:
         """How many windows up to `window` this set pays for: those since the last successful set,
         every one before it when there was none (a retry of the first set included)."""
-        if self.paid_since is None or self.paid_since >= window:
+        if self.paid_since is None:
             return window + 1
-        return window - self.paid_since
+        return max(window - self.paid_since, 0)  # 0: set through `window` already (another leader)
 
 
 class Weigher:
@@ -81,6 +81,11 @@ class Weigher:
         if not leader:  # a follower never sets weights; it records what they would be
             weights = weights_for(ratings, window, self.policy, self.schedule.paid_windows(window))
             return self._done(_record(window, None, weights, "skipped", NOT_LEADER))
+        if self.schedule.paid_windows(window) == 0:  # a lagging process that took the lead: nothing
+            # new to pay, and a set now would replace the newer leader's vector with an older view
+            return self._done(
+                _record(window, None, {}, "skipped", f"set through window {self.schedule.paid_since}")
+            )
         try:
             neurons, minimum = self.chain.neurons(), self.chain.min_weights()
         except Exception as e:  # the metagraph unread: nothing is paid blind, the next window retries
