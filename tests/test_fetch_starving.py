@@ -140,9 +140,11 @@ def test_absent_objects_give_their_connection_back(store: FakeS3) -> None:
 
 def test_a_get_the_deadline_cut_short_is_not_held_against_its_peer(store: FakeS3) -> None:
     """One slot: a staller trickles just above the floor rate and holds it for its whole budget (its
-    own fault: `fetch_failed`); the honest peer after it gets only what is left before the deadline,
-    less than its store needs, and runs out: the validator's shortfall, `not_attempted` (not
-    penalised). Both used to end `fetch_failed`, so stallers could get honest peers penalised."""
+    own fault: `fetch_failed`). A peer after it gets only what is left before the deadline, less
+    than its store needs: at its pace it would have finished within its own budget, so running out
+    is the validator's shortfall, `not_attempted` (not penalised; it used to end `fetch_failed`, so
+    stallers got honest peers penalised). A second staller squeezed the same way earns no excuse:
+    at its pace it would not have finished within its budget either."""
     config = FetchConfig(
         concurrency=1, head_timeout_s=0.5, peer_budget_s=2.0, retries=0, min_bytes_per_s=100.0,
         rate_grace_s=0.5, allow_private_hosts=True,
@@ -153,6 +155,9 @@ def test_a_get_the_deadline_cut_short_is_not_held_against_its_peer(store: FakeS3
     assert (results[0].status, results[0].reason) == (Status.MISSING, Reason.FETCH_FAILED)
     assert (results[1].status, results[1].reason) == (Status.MISSING, Reason.NOT_ATTEMPTED), results[1]
     assert "deadline cut" in results[1].detail
+    second = honest(store, "second", size=10_000, trickle=400.0)
+    results = asyncio.run(Fetcher(config).fetch_all([staller, second], deadline_s=3.0))
+    assert [r.reason for r in results] == [Reason.FETCH_FAILED, Reason.FETCH_FAILED], results
 
 
 def test_the_object_version_a_store_names_is_recorded(store: FakeS3) -> None:

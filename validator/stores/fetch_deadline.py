@@ -1,32 +1,30 @@
-"""What a fetch that the window's deadline ended comes to: the peer's fault only when its request
-had its whole time budget."""
+"""What the window's fetch deadline does to a peer's GET: the peer's fault only when its request had
+its whole time budget, or was too slow to finish within it anyway."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import time
 
 from scoring.types import Reason
 from validator.stores.fetch_types import FetchRequest, FetchResult
-from validator.stores.peer_fetch import TIMED_OUT, failed
+from validator.stores.peer_fetch import failed
 
-CUT = "get, cut"  # a GET given less than its budget: the window's deadline came first
-CUT_DETAIL = "the window's fetch deadline cut its time"
+# A GET cut by the deadline ends this much before it, on its own timeout: so that what it had
+# received decides (peer_fetch.get_step), not which of the two timers the event loop ran first.
+MARGIN_S = 0.25
+NOT_REACHED = "the validator did not reach this peer in time"
 
 
-def excused(result: FetchResult) -> FetchResult:
-    """A GET whose time the window's deadline cut short (peers before it held the slots) that then
-    ran out of time: the validator's shortfall, not the peer's (not penalised, as NOT_ATTEMPTED)."""
-    if result.reason == Reason.FETCH_FAILED and result.detail == TIMED_OUT:
-        return replace(result, reason=Reason.NOT_ATTEMPTED, detail=CUT_DETAIL)
-    return result
+def get_budget(peer_budget_s: float, deadline: float) -> float | None:
+    """A GET's time: its whole budget, or what the deadline leaves (less the margin); None when
+    nothing is left (the peer is not reached: not penalised)."""
+    left = deadline - time.monotonic() - MARGIN_S
+    return min(peer_budget_s, left) if left > 0 else None
 
 
 def unfinished(request: FetchRequest, stage: str | None) -> FetchResult:
-    """No result by the deadline: the store's fault when a request to it was in flight with its
-    whole budget, nobody's when the validator never sent it one or cut its time (not penalised,
-    DESIGN.md §7)."""
+    """No result by the deadline: the store's fault when a request to it was in flight, nobody's
+    when the validator never sent it one (not penalised, DESIGN.md §7)."""
     if stage in ("head", "get"):
         return failed(request.hotkey, Reason.FETCH_FAILED, "the window's fetch deadline passed")
-    if stage == CUT:
-        return failed(request.hotkey, Reason.NOT_ATTEMPTED, CUT_DETAIL)
-    return failed(request.hotkey, Reason.NOT_ATTEMPTED, "the validator did not reach this peer in time")
+    return failed(request.hotkey, Reason.NOT_ATTEMPTED, NOT_REACHED)

@@ -28,7 +28,7 @@ from obstore.store import LocalStore, S3Store
 
 from scoring.types import Reason
 from validator.stores.commitments import StorageLocation
-from validator.stores.fetch_deadline import CUT, excused, unfinished
+from validator.stores.fetch_deadline import NOT_REACHED, get_budget, unfinished
 from validator.stores.fetch_types import (
     FetchConfig,
     FetchRequest,
@@ -240,11 +240,11 @@ class Fetcher:
                     return finish(i, out)
                 stage[i] = "headed"
                 async with gate:
-                    budget = min(self.config.peer_budget_s, deadline - time.monotonic())
-                    stage[i] = "get" if budget >= self.config.peer_budget_s else CUT
+                    if (budget := get_budget(self.config.peer_budget_s, deadline)) is None:
+                        return finish(i, failed(requests[i].hotkey, Reason.NOT_ATTEMPTED, NOT_REACHED))
+                    stage[i] = "get"
                     store = self._store(out.request.location)
-                    got = await get_step(http, store, out, self.config, sightings, budget)
-                    finish(i, excused(got) if stage[i] == CUT else got)
+                    finish(i, await get_step(http, store, out, self.config, sightings, budget))
 
             await _run_until([one(i) for i in fetch_order(len(requests), seed)], deadline)
         return [r or unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
