@@ -195,3 +195,7 @@ def test_replay_judges_archived_submissions_from_files(
     assert [r.hotkey for r in rows if r.differences(0.0)] == []
     assert bodies and all(isinstance(b, Path) for b in bodies), {type(b).__name__ for b in bodies}
     assert not any(b.exists() for b in bodies if isinstance(b, Path))  # removed after the replay
+    # in this process's own folder under the workdir, not the system's (often memory) temp folder
+    scratch = runner.round.ledger.scratch
+    assert scratch is not None and scratch.parent == runner.settings.workdir.resolve() / "tmp"
+    assert all(isinstance(b, Path) and b.parent.parent == scratch for b in bodies)

@@ -34,6 +34,7 @@ from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
 from validator.state.ledger import Ledger
+from validator.state.scratch import Scratch
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, open_store
 from validator.telemetry.events import LeaderLock, NullEvents, RedisEvents, connect
@@ -174,7 +175,9 @@ def open_ledger(s: Settings, *, migrate_to_head: bool = True) -> Ledger:
     blobs = blob_store(s)
     retention = s.archive_retention_windows or None
     archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=retention))
-    return Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=s.checkpoint_every)
+    ledger.scratch = Scratch(Path(s.workdir) / "tmp").path  # held (locked) for the process's life
+    return ledger
 
 
 def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> FetchConfig:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -137,24 +134,6 @@ def connect_chain(s: Settings) -> tuple[ChainLink, int]:
         fail(f"cannot reach the chain {s.network}: {type(e).__name__}: {e}")
 
 
-def scratch_in_workdir(workdir: Path) -> Path:
-    """This process's temporary files go to `workdir`/tmp unless TMPDIR says otherwise: a restart
-    replays a window's aggregated submissions through files, and the recycled-work check reads
-    earlier ones, each up to the largest upload a peer may send; containers mount /tmp in memory
-    (deploy/compose.yaml), where that would be tens of GB of RAM at the run's size."""
-    if os.environ.get("TMPDIR"):
-        return Path(tempfile.gettempdir())
-    folder = Path(workdir) / "tmp"
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.iterdir():  # this process's own folder: what a killed run left
-        if stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
-    tempfile.tempdir = str(folder)
-    return folder
-
-
 def run(
     windows: Annotated[
         int | None, typer.Option(help="Stop after this many windows (default: run forever)")
@@ -163,7 +142,6 @@ def run(
     """Run the validator beside a subnet (GAUNTLET_CHAIN=subtensor) or a local chain."""
     s = load_settings()
     configure_logging()
-    scratch_in_workdir(s.workdir)
     dataset = open_dataset(s)
     check_model_path(s)
     link, head = connect_chain(s)

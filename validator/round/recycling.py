@@ -46,7 +46,7 @@ def earlier_loader(ledger: Ledger, window: int, spec: ParamSpec, cfg: CheckConfi
         if cfg.recycled_windows == 0:
             return []
         out, missing = [], 0
-        with tempfile.TemporaryDirectory(prefix="gauntlet-recycled-") as folder:
+        with tempfile.TemporaryDirectory(prefix="gauntlet-recycled-", dir=ledger.scratch) as folder:
             path = Path(folder) / "earlier.safetensors"
             for w, hotkey, digest in ledger.aggregated_archived(window, cfg.recycled_windows):
                 try:

@@ -187,7 +187,7 @@ def replay_window(
         )
     seed = ledger.sketch_seed(window) or 0  # none stored: the window sketched nobody
     ctx = WindowContext(window, gm.base, param_spec(model), WindowSeed(record.heldout_seed), cfg, seed)
-    with tempfile.TemporaryDirectory(prefix="gauntlet-replay-window-") as spool:
+    with tempfile.TemporaryDirectory(prefix="gauntlet-replay-window-", dir=ledger.scratch) as spool:
         scored = _rescore(record, ledger, model, dataset, ctx, Path(spool))
         # while the files are there: an update read from its file reads them for its norms
         again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)

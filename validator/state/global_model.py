@@ -102,13 +102,14 @@ def replay_aggregates(
     outer_lr: float,
     codec: CodecConfig,
     on_step: Callable[[int], None] = lambda _: None,
+    scratch: Path | None = None,
 ) -> None:
     """Advance `state` by stored windows: (payload digests, archived bytes, clip reference, weights).
 
     The bytes may come lazily: each blob goes to its file before the next is read, so a window costs
     one archived submission in memory, not all of them."""
     for digests, blobs, reference, weights in steps:
-        with tempfile.TemporaryDirectory(prefix="gauntlet-replay-") as folder:
+        with tempfile.TemporaryDirectory(prefix="gauntlet-replay-", dir=scratch) as folder:
             updates = [
                 stored_archived(b, Path(folder) / f"{i}.safetensors", state.model, codec)
                 for i, b in enumerate(blobs)

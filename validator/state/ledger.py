@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import structlog
@@ -57,6 +58,7 @@ class Ledger:
         self.checkpoint_every, self.db = checkpoint_every, db
         self.clock = clock
         self._next_orphan_sweep: float | None = None  # None: sweep at the first prune (a restart)
+        self.scratch: Path | None = None  # large temporary files (state/scratch.py); None: the system's
 
     def _tx(self, work: Callable[[Session], T]) -> T:
         return run_in_transaction(self.engine, work, config=self.db)
@@ -217,5 +219,5 @@ class Ledger:
             )
             for step in plan.steps
         )
-        replay_aggregates(gm, steps, outer_lr=outer_lr, codec=codec)
+        replay_aggregates(gm, steps, outer_lr=outer_lr, codec=codec, scratch=self.scratch)
         return gm
