@@ -9,7 +9,7 @@ import bittensor as bt
 import pytest
 
 from tests.fake_substrate import GENESIS_MS, FakeSubstrate
-from validator.chain.protocol import Chain, Neuron, WindowConfig, first_block, window_of
+from validator.chain.protocol import Chain, Neuron, WeightLimits, WindowConfig, first_block, window_of
 from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
 from validator.round.weighing import conformed
 
@@ -171,20 +171,21 @@ def test_windows() -> None:
         window_of(-1, 115)
 
 
-def test_the_subnets_minimum_is_read_and_a_self_weight_is_exempt(
-    config: SubtensorChainConfig, tmp_path: Path
-) -> None:
+def test_the_subnets_limits_are_read_and_a_self_weight_is_exempt(config: SubtensorChainConfig) -> None:
     fake = FakeSubstrate(netuid=NETUID, head=100, min_allowed_weights=3)
     chain = SubtensorChain(config, client=bt.Subtensor("local", substrate=fake))
     try:
         fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
         fake.register(PEER, "5Cold")
         fake.register(OTHER, "5Cold")
-        assert chain.min_weights() == 3
+        limits = chain.weight_limits()
+        assert limits == WeightLimits(3, 1.0)
         assert not chain.set_weights({1: 1.0}).ok  # under the minimum: the SDK refuses it
-        padded = conformed({1: 1.0}, 0, [0, 1, 2], chain.min_weights())
+        padded = conformed({1: 1.0}, 0, [0, 1, 2], limits)
         assert chain.set_weights(padded).ok
         assert fake.weights[0] == [(0, 1), (1, 65535), (2, 1)]  # the pads kept at one u16 step
-        assert chain.set_weights(conformed({}, 0, [0, 1, 2], 3)).ok  # a self-weight alone
+        # a weight the quantisation drops does not count towards the minimum
+        assert chain.set_weights(conformed({1: 1.0, 2: 1e-9}, 0, [0, 1, 2], limits)).ok
+        assert chain.set_weights(conformed({}, 0, [0, 1, 2], limits)).ok  # a self-weight alone
     finally:
         chain.close()

@@ -43,7 +43,7 @@ from tests.hostile_fixtures import EXPECTED, HostileMix, HostileNet, rss_sampled
 from tests.kill_fixtures import run_with_kills
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.chain.local import LocalChain, LocalChainConfig
-from validator.chain.protocol import Chain, Neuron, WeightOutcome
+from validator.chain.protocol import Chain, Neuron, WeightLimits, WeightOutcome
 from validator.demo.runner import DemoRunner
 from validator.settings import Settings
 from validator.wiring import chain_for
@@ -192,8 +192,8 @@ class RaisingChain:
     def hotkey(self) -> str:
         return self.inner.hotkey
 
-    def min_weights(self) -> int:
-        return self.inner.min_weights()
+    def weight_limits(self) -> WeightLimits:
+        return self.inner.weight_limits()
 
     def neurons(self) -> list[Neuron]:
         return self.inner.neurons()

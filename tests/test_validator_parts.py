@@ -18,7 +18,7 @@ from scoring.ranking import PeerRating, RatingState, Status
 from scoring.signing import dev_keypair
 from scoring.weights import RankWeights
 from storage.records import WeightSetRecord
-from validator.chain.protocol import Neuron, WeightOutcome
+from validator.chain.protocol import Neuron, WeightLimits, WeightOutcome
 from validator.demo.sim.behaviours import BUILTIN
 from validator.demo.sim.plugins import load_plugin, parse_peers
 from validator.round.publishing import SelectionPublisher, selection_key, verify_selection
@@ -140,8 +140,8 @@ class _Chain:
         self.holders = {4: "h"} if holders is None else holders
         self.set: list[dict[int, float]] = []
 
-    def min_weights(self) -> int:
-        return self.minimum
+    def weight_limits(self) -> WeightLimits:
+        return WeightLimits(self.minimum)
 
     def neurons(self) -> list[Neuron]:
         if not self.holders:

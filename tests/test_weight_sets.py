@@ -15,6 +15,7 @@ from scoring.ranking import PeerRating, RatingState
 from scoring.weights import RankWeights
 from storage.records import WeightSetRecord
 from validator.chain.local import LocalChain, LocalChainConfig
+from validator.chain.protocol import WeightLimits
 from validator.round.weighing import U16_MAX, Weigher, WeightSchedule, conformed
 from validator.telemetry.events import LeaderLock
 from validator.telemetry.metrics import Metrics
@@ -81,12 +82,22 @@ def test_the_validator_without_a_uid_and_nobody_paid_skips(tmp_path: Path) -> No
         ({5: 0.5, 6: 0.5}, 7, 4, {5: 0.5, 6: 0.5, 7: 0.5 / U16_MAX, 0: 0.5 / U16_MAX}),
         ({0: 1.0}, None, 3, {0: 1.0, 1: 1 / U16_MAX, 2: 1 / U16_MAX}),
         ({0: 1.0}, 0, 9, {0: 1.0, 1: 1 / U16_MAX, 2: 1 / U16_MAX, 3: 1 / U16_MAX}),  # all there is
+        # a weight the chain's quantisation drops (and a burn uid at share 0) does not count
+        ({5: 1.0, 6: 1e-9, 3: 0.0}, 7, 3, {5: 1.0, 6: 1e-9, 3: 0.0, 7: 1 / U16_MAX, 0: 1 / U16_MAX}),
     ],
 )
 def test_conformed(
     weights: dict[int, float], own: int | None, minimum: int, expected: dict[int, float]
 ) -> None:
-    assert conformed(weights, own, [3, 2, 1, 0], minimum) == expected
+    assert conformed(weights, own, [3, 2, 1, 0], WeightLimits(minimum)) == expected
+
+
+def test_no_padding_when_the_subnets_largest_share_would_clip_the_set() -> None:
+    """The SDK clips a share above MaxWeightsLimit and spreads the excess over the others: pads
+    would be paid for real (5 % each at a limit of 0.25). The set goes as it is, and is refused."""
+    paid = {5: 0.6, 6: 0.3, 7: 0.1}
+    assert conformed(paid, 0, [0, 1, 2, 3, 4, 5, 6, 7], WeightLimits(8, 0.25)) == paid
+    assert len(conformed(paid, 0, [0, 1, 2, 3, 4, 5, 6, 7], WeightLimits(8, 0.7))) == 8
 
 
 def test_a_process_behind_the_last_set_does_not_set_again(tmp_path: Path) -> None:

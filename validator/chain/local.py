@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightOutcome
+from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightLimits, WeightOutcome
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS head (id INTEGER PRIMARY KEY CHECK (id = 0), block INTEGER NOT NULL);
@@ -120,8 +120,8 @@ class LocalChain:
     def hotkey(self) -> str:
         return self.config.validator_hotkey
 
-    def min_weights(self) -> int:
-        return self.config.min_allowed_weights
+    def weight_limits(self) -> WeightLimits:
+        return WeightLimits(self.config.min_allowed_weights)
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         hotkey = self.config.validator_hotkey

@@ -19,6 +19,7 @@ __all__ = [
     "LocationPolicy",
     "Neuron",
     "StorageLocation",
+    "WeightLimits",
     "WeightOutcome",
     "WindowConfig",
     "first_block",
@@ -38,6 +39,16 @@ class Neuron:
     hotkey: str
     stake: float
     validator_permit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WeightLimits:
+    """The subnet's limits on a weight set: the fewest uids it may name (MinAllowedWeights; a set of
+    the validator's own uid alone, a self-weight, is exempt) and the largest share one uid may take
+    (MaxWeightsLimit ÷ 65535: the SDK clips above it and spreads the excess over the others)."""
+
+    min_weights: int = 0
+    max_share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +88,8 @@ class Chain(Protocol):
         """Each hotkey's visible commitment text (untrusted, peer-controlled)."""
         ...
 
-    def min_weights(self) -> int:
-        """The fewest uids a weight set may name (the subnet's MinAllowedWeights); a set of the
-        validator's own uid alone (a self-weight) is exempt."""
+    def weight_limits(self) -> WeightLimits:
+        """The subnet's limits on a weight set."""
         ...
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:

@@ -12,7 +12,7 @@ from typing import Any
 
 import bittensor as bt
 
-from validator.chain.protocol import Neuron, WeightOutcome
+from validator.chain.protocol import Neuron, WeightLimits, WeightOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +94,10 @@ class SubtensorChain:
                 out[str(hotkey)] = value
         return out
 
-    def min_weights(self) -> int:
-        return int(self._client.hyperparameters.min_allowed_weights(self.config.netuid))
+    def weight_limits(self) -> WeightLimits:
+        read = self._client.hyperparameters
+        limit = int(read.max_weight_limit(self.config.netuid))
+        return WeightLimits(int(read.min_allowed_weights(self.config.netuid)), min(limit, 65535) / 65535)
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         try:

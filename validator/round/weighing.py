@@ -14,7 +14,7 @@ import structlog
 from scoring.ranking import RatingState
 from scoring.weights import WeightPolicy
 from storage.records import NOT_LEADER, WeightSetRecord
-from validator.chain.protocol import Chain, Neuron, WeightOutcome
+from validator.chain.protocol import Chain, Neuron, WeightLimits, WeightOutcome
 from validator.round.rating import weights_for
 from validator.telemetry.events import LeaderLock
 from validator.telemetry.metrics import Metrics
@@ -87,7 +87,7 @@ class Weigher:
                 _record(window, None, {}, "skipped", f"set through window {self.schedule.paid_since}")
             )
         try:
-            neurons, minimum = self.chain.neurons(), self.chain.min_weights()
+            neurons, limits = self.chain.neurons(), self.chain.weight_limits()
         except Exception as e:  # the metagraph unread: nothing is paid blind, the next window retries
             log.exception("weights_metagraph_unread")
             self.schedule.retry_pending = True
@@ -96,7 +96,7 @@ class Weigher:
             registered(ratings, neurons), window, self.policy, self.schedule.paid_windows(window)
         )
         own = next((n.uid for n in neurons if n.hotkey == self.chain.hotkey), None)
-        weights = conformed(paid, own, [n.uid for n in neurons], minimum)
+        weights = conformed(paid, own, [n.uid for n in neurons], limits)
         if not weights:
             return self._done(
                 _record(window, None, {}, "skipped", "nobody is paid and the validator holds no uid")
@@ -146,19 +146,28 @@ def registered(ratings: RatingState, neurons: Sequence[Neuron]) -> RatingState:
 
 
 def conformed(
-    weights: dict[int, float], own: int | None, uids: Sequence[int], minimum: int
+    weights: dict[int, float], own: int | None, uids: Sequence[int], limits: WeightLimits
 ) -> dict[int, float]:
     """`weights` as the chain takes them.
 
     Nobody paid: the validator's own uid alone (a self-weight). Skipping the set instead left the
-    last vector in force, paying peers banned or gone since. Fewer uids than the subnet's minimum:
-    the chain refuses the set, every window, and the last vector again stays; so the set is padded
-    with the validator's own uid, then the lowest registered uids, each at the least weight the
-    chain's u16 quantisation keeps (1 of 65535 of the largest: nothing anyone could earn by)."""
+    last vector in force, paying peers banned or gone since. Fewer uids than the subnet's minimum
+    (counting those the chain's u16 quantisation keeps): the chain refuses the set, every window,
+    and the last vector again stays; so the set is padded with the validator's own uid, then the
+    lowest registered uids, each at the least weight the quantisation keeps (1 of 65535 of the
+    largest: nothing anyone could earn by). Not when the subnet's largest share would clip the set:
+    the SDK spreads what it clips over the others, pads included, which would pay them for real;
+    the chain then refuses the set, recorded and retried, for the operator to see."""
     if not weights:
         return {} if own is None else {own: 1.0}
-    if len(weights) >= minimum:
+    top = max(weights.values())
+    kept = {u for u, w in weights.items() if round(w / top * U16_MAX) >= 1}
+    if len(kept) >= limits.min_weights:
         return weights
-    least = max(weights.values()) / U16_MAX
-    spare = [u for u in dict.fromkeys([*([] if own is None else [own]), *sorted(uids)]) if u not in weights]
-    return weights | {u: least for u in spare[: minimum - len(weights)]}
+    if top / sum(weights.values()) > limits.max_share:
+        log.warning(
+            "weights_not_padded", named=len(kept), minimum=limits.min_weights, max_share=limits.max_share
+        )
+        return weights
+    spare = [u for u in dict.fromkeys([*([] if own is None else [own]), *sorted(uids)]) if u not in kept]
+    return weights | {u: top / U16_MAX for u in spare[: limits.min_weights - len(kept)]}
