@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -103,7 +104,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "invalid_parameter", _validation_message(exc))
 
     async def on_database(_: Request, exc: Exception) -> Response:
-        if not isinstance(exc, OperationalError | InterfaceError):  # reached, but the query failed
+        if not isinstance(exc, OperationalError | InterfaceError | PoolTimeout):  # reached; the query failed
             log.error("database error: %s", exc)
             return error_response(500, "internal_error", "the request could not be answered")
         log.warning("database unavailable: %s", exc)
@@ -114,6 +115,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(OperationalError, on_database)
     app.add_exception_handler(DBAPIError, on_database)
+    app.add_exception_handler(PoolTimeout, on_database)  # every connection busy: unavailable too
 
 
 class SecurityHeadersMiddleware:

@@ -99,3 +99,21 @@ def test_an_unhandled_error_is_a_json_500_with_headers_and_counted(
         ]
         assert counted and counted[0].endswith(" 1.0"), counted
     db.engine.dispose()
+
+
+def test_a_pool_with_every_connection_busy_is_unavailable_not_a_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    db = seeded_database(f"sqlite:///{tmp_path}/api.db")
+
+    def busy(**_: object) -> None:
+        raise PoolTimeout("QueuePool limit of size 5 overflow 5 reached")
+
+    monkeypatch.setattr(api.routes_trends, "window_trends", busy)
+    app = create_app(ApiConfig(database_url=db.url, rate_limit_per_minute=0))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.get("/v1/trends")
+        assert response.status_code == 503 and response.json()["error"]["code"] == "database_unavailable"
+    db.engine.dispose()

@@ -24,18 +24,14 @@ from storage.records import (
 )
 from storage.sketch_rows import SketchRecord
 from validator.round.outcomes import PeerWindow, Scored, judging_failed
+from validator.stores.fetch_types import plausible_time
 from validator.stores.objstore import object_key
-
-# Any time the validator records (its own clock, a chain block's, a store's Last-Modified) falls in
-# these years; a store may claim any Last-Modified, and one outside them is stored as unknown.
-_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC).timestamp()
-_LATEST = datetime(2200, 1, 1, tzinfo=UTC).timestamp()
 
 
 def _time(ts: float | None) -> datetime | None:
     """A stored timestamp; one outside the years any real clock reads (a store may report any
     Last-Modified) is None."""
-    if ts is None or not _EARLIEST <= ts < _LATEST:  # NaN included
+    if (ts := plausible_time(ts)) is None:
         return None
     try:
         return datetime.fromtimestamp(ts, UTC)

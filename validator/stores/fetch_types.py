@@ -115,3 +115,13 @@ def classify(seen: float, put_start: float, config: FetchConfig, resolution_s: f
 
 def put_end(put_start: float, config: FetchConfig) -> float:
     return put_start + config.put_window_s + config.grace_s
+
+
+# Any time the validator records (its own clock, a chain block's, a store's Last-Modified) falls in
+# these years (2000-2200); a store may claim any Last-Modified, and one outside them is unknown.
+EARLIEST_TIME, LATEST_TIME = 946_684_800.0, 7_258_118_400.0
+
+
+def plausible_time(ts: float | None) -> float | None:
+    """`ts` when a real clock could read it, else None (NaN included)."""
+    return ts if ts is not None and EARLIEST_TIME <= ts < LATEST_TIME else None

@@ -29,6 +29,7 @@ from obstore.store import S3Store
 from scoring.types import Reason
 from storage.fields import TAG_CHARS, printable
 from validator.stores.commitments import StorageLocation
+from validator.stores.fetch_types import plausible_time
 from validator.stores.hostcheck import HostRefused, pin_host
 
 log = structlog.get_logger(__name__)
@@ -282,7 +283,8 @@ def _parse_head(response: httpx.Response) -> ObjectHead:
     try:
         size = int(response.headers["content-length"])
         modified = response.headers.get("last-modified")
-        stamp = round(parsedate_to_datetime(modified).timestamp(), 6) if modified else None
+        # a date no clock reads (year 9999) is no date: unknown here, so live and replay agree
+        stamp = plausible_time(round(parsedate_to_datetime(modified).timestamp(), 6)) if modified else None
     except (KeyError, ValueError, TypeError, IndexError, OverflowError) as error:
         # OverflowError: a Last-Modified year past datetime's range
         raise StoreError(Reason.FETCH_FAILED, f"unusable HEAD headers: {error}") from None
