@@ -67,15 +67,18 @@ class RankWeights:
 
     def compute(self, ranked: Sequence[tuple[int, float]]) -> dict[int, float]:
         cfg = self.cfg
-        order = _positive_in_rank_order(ranked)
-        top, tail = order[: cfg.top_peers], order[cfg.top_peers : cfg.top_peers + cfg.tail_peers]
+        order, scores = _positive_in_rank_order(ranked), dict(ranked)
+        cut = cfg.top_peers + cfg.tail_peers
+        while 0 < cut < len(order) and scores[order[cut]] == scores[order[cut - 1]]:
+            cut += 1  # a tie at the cut is paid whole, not by uid
+        top, tail = order[: cfg.top_peers], order[cfg.top_peers : cut]
         n = len(top)
         ramp = [cfg.ramp_high - (cfg.ramp_high - cfg.ramp_low) * i / max(n - 1, 1) for i in range(n)]
         top_w = _scaled(ramp, cfg.top_share)
         tail_w = _scaled([cfg.tail_decay**i for i in range(len(tail))], cfg.tail_share)
         if cfg.monotone and tail_w and tail_w[0] > top_w[-1]:
             tail_w = [w * top_w[-1] / tail_w[0] for w in tail_w]
-        raw = _ties_alike(dict(zip(top + tail, top_w + tail_w, strict=True)), dict(ranked))
+        raw = _ties_alike(dict(zip(top + tail, top_w + tail_w, strict=True)), scores)
         return _with_burn(raw, cfg.burn_uid, cfg.burn_share)
 
 

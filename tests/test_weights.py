@@ -28,6 +28,9 @@ def test_rank_schedule_default_is_monotone_and_sums_to_one() -> None:
 def test_equal_scores_are_paid_alike_whatever_their_uids() -> None:
     w = RankWeights().compute([(7, 5.0), (4, 5.0), (9, 1.0)])
     assert w[4] == w[7] > w[9] and sum(w.values()) == pytest.approx(1.0)
+    # a tie across the cut (top 20 + tail 10) is paid whole: 32 equal peers, 32 equal weights
+    equal = RankWeights().compute([(u, 1.0) for u in range(32)])
+    assert len(equal) == 32 and len(set(equal.values())) == 1
 
 
 def test_burn_and_empty() -> None:
@@ -71,7 +74,7 @@ def test_weight_properties(values: list[float], burn: float, power: bool) -> Non
     order = sorted(peers, key=lambda u: (-values[u - 1], u))
     got = [peers[u] for u in order]
     assert all(a >= b - 1e-12 for a, b in itertools.pairwise(got))
-    # equal scores, equal weights (not ordered by uid)
-    for a, b in itertools.combinations(peers, 2):
-        if values[a - 1] == values[b - 1]:
-            assert peers[a] == pytest.approx(peers[b])
+    # equal scores, equal weights (not ordered by uid), and a tie is paid whole or not at all
+    for a, b in itertools.combinations(range(1, len(values) + 1), 2):
+        if values[a - 1] == values[b - 1] and (a in peers or b in peers):
+            assert peers.get(a) == pytest.approx(peers.get(b))
