@@ -141,6 +141,7 @@ class _Ledger:
     def __init__(self, rows: list[tuple[int, str, str]], blobs: dict[str, bytes]) -> None:
         self.rows, self.archive = rows, _Archive(blobs)
         self.asked: list[tuple[int, int]] = []
+        self.scratch = None  # the system's temporary folder
 
     def aggregated_archived(self, window: int, windows: int) -> list[tuple[int, str, str]]:
         self.asked.append((window, windows))
