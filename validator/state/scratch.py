@@ -10,6 +10,7 @@ mid-window) are removed, and a `gauntlet replay` beside a running validator touc
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
@@ -34,6 +35,7 @@ class Scratch:
         self._lock: IO[str] | None = open(self.path / LOCK, "w")  # noqa: SIM115  # held until close
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _HELD.append(self)
+        atexit.register(self.close)  # a process that ends normally leaves nothing behind
 
     def close(self) -> None:
         if self._lock is not None:
