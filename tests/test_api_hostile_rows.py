@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 import api.routes_trends
 from api.app import create_app
@@ -74,17 +76,27 @@ def test_real_times_are_stored() -> None:
     assert _time(float("nan")) is None
 
 
+@contextmanager
+def _trends_raising(error: Exception, folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
+    """The API over a seeded SQLite database, its trends query raising `error`."""
+    db = seeded_database(f"sqlite:///{folder}/api.db")
+
+    def raising(**_: object) -> None:
+        raise error
+
+    monkeypatch.setattr(api.routes_trends, "window_trends", raising)
+    app = create_app(ApiConfig(database_url=db.url, rate_limit_per_minute=0))
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            yield client
+    finally:
+        db.engine.dispose()
+
+
 def test_an_unhandled_error_is_a_json_500_with_headers_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = seeded_database(f"sqlite:///{tmp_path}/api.db")
-
-    def boom(**_: object) -> None:
-        raise RuntimeError("a fault of the API's own")
-
-    monkeypatch.setattr(api.routes_trends, "window_trends", boom)
-    app = create_app(ApiConfig(database_url=db.url, rate_limit_per_minute=0))
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with _trends_raising(RuntimeError("a fault of the API's own"), tmp_path, monkeypatch) as client:
         response = client.get("/v1/trends")
         assert response.status_code == 500
         assert response.json() == {
@@ -98,22 +110,12 @@ def test_an_unhandled_error_is_a_json_500_with_headers_and_counted(
             if line.startswith("gauntlet_api_requests_total") and 'status="500"' in line
         ]
         assert counted and counted[0].endswith(" 1.0"), counted
-    db.engine.dispose()
 
 
 def test_a_pool_with_every_connection_busy_is_unavailable_not_a_fault(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sqlalchemy.exc import TimeoutError as PoolTimeout
-
-    db = seeded_database(f"sqlite:///{tmp_path}/api.db")
-
-    def busy(**_: object) -> None:
-        raise PoolTimeout("QueuePool limit of size 5 overflow 5 reached")
-
-    monkeypatch.setattr(api.routes_trends, "window_trends", busy)
-    app = create_app(ApiConfig(database_url=db.url, rate_limit_per_minute=0))
-    with TestClient(app, raise_server_exceptions=False) as client:
+    busy = PoolTimeout("QueuePool limit of size 5 overflow 5 reached")
+    with _trends_raising(busy, tmp_path, monkeypatch) as client:
         response = client.get("/v1/trends")
         assert response.status_code == 503 and response.json()["error"]["code"] == "database_unavailable"
-    db.engine.dispose()

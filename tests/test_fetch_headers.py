@@ -6,7 +6,9 @@ sent back as If-Match, which must be ASCII)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,9 +16,10 @@ import pytest
 from scoring.ranking import Status
 from scoring.types import Reason
 from tests.fake_s3 import FakeObject, FakeS3, serving
+from validator.stores import peer_fetch
 from validator.stores.commitments import StorageLocation
 from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object_key
-from validator.stores.peer_http import StoreError, _parse_head
+from validator.stores.peer_http import ObjectHead, PeerHttp, StoreError, _parse_head
 
 T0 = time.time() - 10
 LOOPBACK_OK = FetchConfig(allow_private_hosts=True, retries=0, head_timeout_s=2.0)
@@ -112,6 +115,18 @@ def test_an_empty_etag_is_no_etag_not_a_failure() -> None:
     assert (head.size, head.etag) == (5, "")  # get() sends no If-Match for it
 
 
+def _head_of(location: StorageLocation) -> ObjectHead:
+    """The HEAD every fetch and poll goes through, for either kind of store."""
+    fetcher = Fetcher(LOOPBACK_OK)
+
+    async def head() -> ObjectHead:
+        async with PeerHttp(fetcher.limits()) as http:
+            request = FetchRequest("peer", location, object_key(5, "peer"), T0)
+            return await peer_fetch._head(http, fetcher._store(location), request)
+
+    return asyncio.run(head())
+
+
 @pytest.mark.parametrize(
     "stamp",
     ["Fri, 31 Dec 9999 23:59:59 GMT", "Thu, 01 Jan 1970 00:00:00 GMT", "Mon, 01 Jan 0100 00:00:00 GMT"],
@@ -119,9 +134,26 @@ def test_an_empty_etag_is_no_etag_not_a_failure() -> None:
 def test_a_last_modified_no_clock_reads_is_no_date(stamp: str) -> None:
     """Unknown from the HEAD on, as it is stored: the live round and replay order unsighted copies
     by it, and a value the record could not keep would have made replay differ."""
-    head = _parse_head(httpx.Response(200, headers={"content-length": "5", "last-modified": stamp}))
-    assert head.last_modified is None
-    real = _parse_head(
-        httpx.Response(200, headers={"content-length": "5", "last-modified": "Sat, 05 Dec 2026 07:00:00 GMT"})
-    )
+    with serving(FakeS3()) as store:
+        location = StorageLocation(scheme="http", host="127.0.0.1", port=store.port, bucket="bucket")
+        store.put(
+            f"/bucket/{object_key(5, 'peer')}", FakeObject(b"bytes", T0 + 1, last_modified_header=stamp)
+        )
+        head = _head_of(location)
+        assert head.last_modified is None
+        real_stamp = "Sat, 05 Dec 2026 07:00:00 GMT"
+        store.put(
+            f"/bucket/{object_key(5, 'peer')}", FakeObject(b"bytes", T0 + 1, last_modified_header=real_stamp)
+        )
+        real = _head_of(location)
     assert real.last_modified == 1796454000.0
+
+
+def test_a_folder_stores_mtime_no_clock_reads_is_no_date(tmp_path: Path) -> None:
+    """A peer of a local subnet writes its own folder, and may set its file's mtime to year 9999."""
+    key = tmp_path / object_key(5, "peer")
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"bytes")
+    os.utime(key, (253402300799, 253402300799))  # 9999-12-31T23:59:59Z
+    head = _head_of(StorageLocation(scheme="file", path=str(tmp_path)))
+    assert head.size == 5 and head.last_modified is None

@@ -219,7 +219,9 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
     location = StorageLocation(scheme="file", path=str(tmp_path / "store"))
     hotkeys = [f"peer{i}" for i in range(4)]
     for i, h in enumerate(hotkeys):
-        asyncio.run(publish(location, object_key(7, h), make_file(i), mtime=1_000.0))
+        asyncio.run(
+            publish(location, object_key(7, h), make_file(i), mtime=1_700_001_000.0)
+        )  # a time a clock reads
     threads: set[str] = set()
     inner = file_judge(window=7, base="ab" * 32, spec=SPEC, cfg=CheckConfig(), archive=lambda data: "d")
 
@@ -227,7 +229,7 @@ def test_files_are_decoded_while_other_downloads_are_in_flight(tmp_path: Path) -
         threads.add(threading.current_thread().name)
         return inner(hotkey, uid, data)
 
-    requests = [FetchRequest(h, location, object_key(7, h), put_start=999.0) for h in hotkeys]
+    requests = [FetchRequest(h, location, object_key(7, h), put_start=1_700_000_999.0) for h in hotkeys]
     with EagerDecoder(judge, {h: 3 for h in hotkeys}) as eager:
         fetched = asyncio.run(Fetcher(FetchConfig()).fetch_all(requests, 10.0, on_result=eager))
         assert [r.status for r in fetched] == ["ok"] * 4

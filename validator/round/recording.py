@@ -31,12 +31,7 @@ from validator.stores.objstore import object_key
 def _time(ts: float | None) -> datetime | None:
     """A stored timestamp; one outside the years any real clock reads (a store may report any
     Last-Modified) is None."""
-    if (ts := plausible_time(ts)) is None:
-        return None
-    try:
-        return datetime.fromtimestamp(ts, UTC)
-    except (OverflowError, OSError, ValueError):
-        return None
+    return None if (ts := plausible_time(ts)) is None else datetime.fromtimestamp(ts, UTC)
 
 
 def submission_record(

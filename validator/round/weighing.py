@@ -78,10 +78,11 @@ class Weigher:
         self._leading = leader
         if not self.schedule.due(window):
             return None
+        covered = self.schedule.paid_windows(window)
         if not leader:  # a follower never sets weights; it records what they would be
-            weights = weights_for(ratings, window, self.policy, self.schedule.paid_windows(window))
+            weights = weights_for(ratings, window, self.policy, covered)
             return self._done(_record(window, None, weights, "skipped", NOT_LEADER))
-        if self.schedule.paid_windows(window) == 0:  # a lagging process that took the lead: nothing
+        if covered == 0:  # a lagging process that took the lead: nothing
             # new to pay, and a set now would replace the newer leader's vector with an older view
             return self._done(
                 _record(window, None, {}, "skipped", f"set through window {self.schedule.paid_since}")
@@ -91,10 +92,8 @@ class Weigher:
         except Exception as e:  # the metagraph unread: nothing is paid blind, the next window retries
             log.exception("weights_metagraph_unread")
             self.schedule.retry_pending = True
-            return self._done(WeightSetRecord(window, None, [], [], "failed", f"metagraph: {e}"[:500]))
-        paid = weights_for(
-            registered(ratings, neurons), window, self.policy, self.schedule.paid_windows(window)
-        )
+            return self._done(_record(window, None, {}, "failed", f"metagraph: {e}"[:500]))
+        paid = weights_for(registered(ratings, neurons), window, self.policy, covered)
         own = next((n.uid for n in neurons if n.hotkey == self.chain.hotkey), None)
         weights = conformed(paid, own, [n.uid for n in neurons], limits)
         if not weights:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import IO
 
 LOCK = ".lock"
-_HELD: list[Scratch] = []  # each process's folders stay locked while it lives, referenced or not
 _YOUNG_S = 60.0  # a folder without its lock yet may be one another process is creating now
 
 
@@ -34,12 +33,12 @@ class Scratch:
         self.path = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root.resolve()))
         self._lock: IO[str] | None = open(self.path / LOCK, "w")  # noqa: SIM115  # held until close
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        _HELD.append(self)
-        atexit.register(self.close)  # a process that ends normally leaves nothing behind
+        # held (locked) while the process lives, referenced or not; a normal end leaves nothing
+        atexit.register(self.close)
 
     def close(self) -> None:
         if self._lock is not None:
-            _HELD.remove(self)
+            atexit.unregister(self.close)
             self._lock.close()
             self._lock = None
             shutil.rmtree(self.path, ignore_errors=True)

@@ -12,7 +12,6 @@ from validator.stores.peer_fetch import failed
 # A GET cut by the deadline ends this much before it, on its own timeout: so that what it had
 # received decides (peer_fetch.get_step), not which of the two timers the event loop ran first.
 MARGIN_S = 0.25
-NOT_REACHED = "the validator did not reach this peer in time"
 
 
 def get_budget(peer_budget_s: float, deadline: float) -> float | None:
@@ -22,9 +21,13 @@ def get_budget(peer_budget_s: float, deadline: float) -> float | None:
     return min(peer_budget_s, left) if left > 0 else None
 
 
+def not_reached(request: FetchRequest) -> FetchResult:
+    return failed(request.hotkey, Reason.NOT_ATTEMPTED, "the validator did not reach this peer in time")
+
+
 def unfinished(request: FetchRequest, stage: str | None) -> FetchResult:
     """No result by the deadline: the store's fault when a request to it was in flight, nobody's
     when the validator never sent it one (not penalised, DESIGN.md §7)."""
     if stage in ("head", "get"):
         return failed(request.hotkey, Reason.FETCH_FAILED, "the window's fetch deadline passed")
-    return failed(request.hotkey, Reason.NOT_ATTEMPTED, NOT_REACHED)
+    return not_reached(request)

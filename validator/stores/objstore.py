@@ -28,7 +28,7 @@ from obstore.store import LocalStore, S3Store
 
 from scoring.types import Reason
 from validator.stores.commitments import StorageLocation
-from validator.stores.fetch_deadline import NOT_REACHED, get_budget, unfinished
+from validator.stores.fetch_deadline import get_budget, not_reached, unfinished
 from validator.stores.fetch_types import (
     FetchConfig,
     FetchRequest,
@@ -241,7 +241,7 @@ class Fetcher:
                 stage[i] = "headed"
                 async with gate:
                     if (budget := get_budget(self.config.peer_budget_s, deadline)) is None:
-                        return finish(i, failed(requests[i].hotkey, Reason.NOT_ATTEMPTED, NOT_REACHED))
+                        return finish(i, not_reached(requests[i]))
                     stage[i] = "get"
                     store = self._store(out.request.location)
                     finish(i, await get_step(http, store, out, self.config, sightings, budget))

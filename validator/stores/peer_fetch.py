@@ -31,6 +31,7 @@ from validator.stores.fetch_types import (
     FetchResult,
     classify,
     object_key,
+    plausible_time,
     put_end,
 )
 from validator.stores.peer_http import Body, ObjectHead, PeerHttp, StoreError
@@ -74,13 +75,9 @@ async def head_step(
     except (StoreError, BaseError, OSError, TimeoutError) as error:
         return _failure(request, error)
     seen = FetchResult(
-        request.hotkey,
-        Status.OK,
-        size=head.size,
-        etag=head.etag,
-        version=head.version,
+        request.hotkey, Status.OK, size=head.size, etag=head.etag, version=head.version,
         last_modified=head.last_modified,
-    )
+    )  # fmt: skip
     if head.size > config.max_bytes:
         return _final(seen, Status.INVALID, Reason.TOO_LARGE, f"{head.size} bytes > limit {config.max_bytes}")
     status, first_seen, resolution = _timing(request, head, config, sightings)
@@ -196,12 +193,16 @@ def _content_md5(fetched: FetchResult) -> str:
 
 
 async def _head(http: PeerHttp, store: ObjectStore, request: FetchRequest) -> ObjectHead:
+    """Either store's HEAD. A time no clock reads (year 9999: any store, a folder's mtime too, may
+    claim it) is no time from here on, as the record stores it, so live and replay agree."""
     if not request.location.is_file:
-        return await http.head(request.location, _s3(store), request.key)
-    meta = await obs.head_async(store, request.key)
-    # microseconds, as storage keeps them: replay must see the same timestamps as the live round
-    modified = round(meta["last_modified"].timestamp(), 6)
-    return ObjectHead(int(meta["size"]), meta["e_tag"], meta["version"], modified)
+        head = await http.head(request.location, _s3(store), request.key)
+    else:
+        meta = await obs.head_async(store, request.key)
+        # microseconds, as storage keeps them: replay must see the same timestamps as the live round
+        modified = round(meta["last_modified"].timestamp(), 6)
+        head = ObjectHead(int(meta["size"]), meta["e_tag"], meta["version"], modified)
+    return replace(head, last_modified=plausible_time(head.last_modified))
 
 
 async def _get(http: PeerHttp, store: ObjectStore, headed: Headed, config: FetchConfig) -> bytes | Path:

@@ -29,7 +29,6 @@ from obstore.store import S3Store
 from scoring.types import Reason
 from storage.fields import TAG_CHARS, printable
 from validator.stores.commitments import StorageLocation
-from validator.stores.fetch_types import plausible_time
 from validator.stores.hostcheck import HostRefused, pin_host
 
 log = structlog.get_logger(__name__)
@@ -115,12 +114,14 @@ class PeerHttp:
                 started = time.monotonic()
                 try:
                     await self._read(response, body)
-                    return body.finish()
-                finally:  # how far it got, for `on_pace` (a count, never the bytes)
+                except BaseException:  # cut off: how far it got, for `on_pace` (a count, not the bytes)
                     self._reached[key] = (body.size, body.count, time.monotonic() - started)
+                    raise
+                return body.finish()
 
     def on_pace(self, key: str, budget_s: float) -> bool:
-        """Was the last GET of `key` receiving its body fast enough to finish within `budget_s`?
+        """Was the last GET of `key` that was cut off receiving its body fast enough to finish within
+        `budget_s`?
         False when it received nothing (a store that stalls earns no excuse)."""
         size, count, elapsed = self._reached.pop(key, (0, 0, 0.0))
         return count > 0 and size * elapsed / count <= budget_s
@@ -283,8 +284,7 @@ def _parse_head(response: httpx.Response) -> ObjectHead:
     try:
         size = int(response.headers["content-length"])
         modified = response.headers.get("last-modified")
-        # a date no clock reads (year 9999) is no date: unknown here, so live and replay agree
-        stamp = plausible_time(round(parsedate_to_datetime(modified).timestamp(), 6)) if modified else None
+        stamp = round(parsedate_to_datetime(modified).timestamp(), 6) if modified else None
     except (KeyError, ValueError, TypeError, IndexError, OverflowError) as error:
         # OverflowError: a Last-Modified year past datetime's range
         raise StoreError(Reason.FETCH_FAILED, f"unusable HEAD headers: {error}") from None

@@ -133,25 +133,18 @@ class Replica:
         except Exception as e:
             raise ArchiveUnreadable(f"{type(e).__name__}: {e}"[:300]) from e
         try:
+            load = partial(own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval)
+            heldout, before = self._heldout_of(task.heldout_seed)
             # from a file, a parameter at a time, as the validator's own evaluation reads its spooled
             # downloads: decoded whole, an update took 8-11 times its file in this worker's memory
             with tempfile.TemporaryDirectory(prefix="gauntlet-job-") as folder:
-                update = stored_archived(
-                    data, Path(folder) / "update.safetensors", self.state.model, self.spec.codec
-                )
+                path = Path(folder) / "update.safetensors"
+                update = stored_archived(data, path, self.state.model, self.spec.codec)
                 del data
-                load = partial(
-                    own_batches, self.dataset, job.window, job.uid, task.heldout_seed, self.spec.eval
-                )
-                heldout, before = self._heldout_of(task.heldout_seed)
                 results = evaluate_peers(
-                    self.state.model,
-                    [PeerJob(job.uid, update, load)],
-                    heldout,
-                    reference=task.reference,
-                    cfg=self.spec.eval.loss,
-                    before=before,
-                )
+                    self.state.model, [PeerJob(job.uid, update, load)], heldout, reference=task.reference,
+                    cfg=self.spec.eval.loss, before=before,
+                )  # fmt: skip
         except (torch.OutOfMemoryError, MemoryError) as e:  # the model is restored (finally) before this
             raise OutOfMemory(f"{type(e).__name__}: {e}"[:300]) from e
         return results[0]
