@@ -57,6 +57,9 @@ class FakeSubstrate:
     head: int = 100
     neurons: list[FakeNeuron] = field(default_factory=list)
     commitments: dict[str, tuple[int, str]] = field(default_factory=dict)
+    sealed: dict[str, tuple[int, int]] = field(default_factory=dict)  # hotkey -> (block, drand round)
+    revealed: dict[str, list[tuple[Any, int]]] = field(default_factory=dict)  # (payload, reveal block)
+    pruned_after: int | None = None  # blocks of state kept (a lite node); None: an archive node
     commit_reveal: bool = False
     rate_limit: int = 0
     min_allowed_weights: int = 0
@@ -76,6 +79,15 @@ class FakeSubstrate:
 
     def commit(self, hotkey: str, text: str) -> None:
         self.commitments[hotkey] = (self.head, text)
+
+    def seal(self, hotkey: str, reveal_round: int) -> None:
+        """A timelocked commitment, sealed until drand's `reveal_round`."""
+        self.sealed[hotkey] = (self.head, reveal_round)
+
+    def reveal(self, hotkey: str, payload: Any) -> None:
+        """The chain decrypted `hotkey`'s commitment: `payload` as the transport hands it over."""
+        self.sealed.pop(hotkey, None)
+        self.revealed.setdefault(hotkey, []).append((payload, self.head))
 
     def advance(self, blocks: int = 1) -> int:
         self.head += blocks
@@ -138,6 +150,8 @@ class FakeSubstrate:
         key = (module, storage_function)
         block = self._block_of(block_hash)
         if key == ("Timestamp", "Now"):
+            if self.pruned_after is not None and block < self.head - self.pruned_after:
+                raise ChainError(f"State already discarded for block {block}")
             return self.timestamp_ms(block)
         if key == ("SubtensorModule", "Uids"):
             return self._uid(params[1])
@@ -171,9 +185,10 @@ class FakeSubstrate:
     ) -> list[tuple[Any, Any]]:
         key = (module, storage_function)
         if key == ("Commitments", "CommitmentOf"):
-            return [(hk, _commitment_record(b, text)) for hk, (b, text) in self.commitments.items()]
+            plain = [(hk, _commitment_record(b, text)) for hk, (b, text) in self.commitments.items()]
+            return plain + [(hk, _sealed_record(b, r)) for hk, (b, r) in self.sealed.items()]
         if key == ("Commitments", "RevealedCommitments"):
-            return []
+            return list(self.revealed.items())
         if key == ("SubtensorModule", "Uids"):
             return [(n.hotkey, uid) for uid, n in enumerate(self.neurons)]
         if key == ("SubtensorModule", "TokenSymbol"):
@@ -305,3 +320,9 @@ def _commitment_record(block: int, text: str) -> dict[str, Any]:
     chunks = [raw[i : i + 128] for i in range(0, len(raw), 128)] or [b""]
     fields = [{f"Raw{len(c)}": "0x" + c.hex()} for c in chunks]
     return {"block": block, "deposit": 0, "info": {"fields": fields}}
+
+
+def _sealed_record(block: int, reveal_round: int) -> dict[str, Any]:
+    """A `CommitmentOf` value holding one timelock-encrypted field."""
+    sealed = {"TimelockEncrypted": {"encrypted": "0x" + "ab" * 32, "reveal_round": reveal_round}}
+    return {"block": block, "deposit": 0, "info": {"fields": [sealed]}}

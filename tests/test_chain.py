@@ -77,6 +77,66 @@ def test_commitments_of_registered_hotkeys_only(chain: SubtensorChain, fake: Fak
     assert chain.commitments() == {PEER: long_text, OTHER: "file:///tmp/peer"}
 
 
+def test_a_commitment_the_sdk_cannot_decode_costs_only_its_own_hotkey(
+    chain: SubtensorChain, fake: FakeSubstrate
+) -> None:
+    """A revealed payload whose SCALE bytes read as text starting "0x" (the length byte of 12 bytes
+    is "0"): the SDK's bulk read takes it for hex and raised for the whole subnet, every window."""
+    hostile = (bytes([12 << 2]) + b"xyz-not-hex!").decode()
+    fake.commit(PEER, "https://example.com/bucket-a")
+    fake.reveal(OTHER, hostile)
+    fake.reveal("5GoneHotkeyThatDeregisteredLongAgoXXXXXXXXXXXXXX", hostile)
+    with pytest.raises(ValueError):  # what the window's fetch stage met before
+        chain._client.subnets.commitments(NETUID)
+    assert chain.commitments() == {PEER: "https://example.com/bucket-a"}
+
+
+def test_sealed_commitments_are_left_out_until_the_chain_reveals_them(
+    chain: SubtensorChain, fake: FakeSubstrate
+) -> None:
+    fake.seal(PEER, reveal_round=1_000)
+    fake.commit(OTHER, "file:///tmp/peer")
+    assert chain.commitments() == {OTHER: "file:///tmp/peer"}
+    fake.advance(5)
+    plaintext = b"https://example.com/revealed"
+    fake.reveal(PEER, bytes([len(plaintext) << 2]) + plaintext)  # SCALE: compact length, then the text
+    assert chain.commitments() == {PEER: "https://example.com/revealed", OTHER: "file:///tmp/peer"}
+
+
+def test_an_old_blocks_time_on_a_pruned_node_is_estimated_from_the_head(
+    chain: SubtensorChain, fake: FakeSubstrate
+) -> None:
+    """A validator catching up on a lite node: the old block's state is gone for good, and the
+    window that needs its time would be retried forever."""
+    fake.pruned_after = 256
+    fake.advance(1_900)
+    assert chain.block_timestamp(100) == GENESIS_MS / 1000 + 100 * 12.0
+    fake.pruned_after = 0  # a recent block that cannot be read is a transient error: retried
+    with pytest.raises(bt.BittensorError):
+        chain.block_timestamp(1_990)
+
+
+def test_a_set_that_reached_the_chain_stays_ok_when_the_head_cannot_be_read(
+    chain: SubtensorChain, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reported as failed, a set already on chain would be set again and its work paid twice."""
+    submit = fake.submit
+
+    async def submit_then_drop(*args: object, **kwargs: object) -> object:
+        result = await submit(*args, **kwargs)  # type: ignore[arg-type]
+
+        async def reset() -> int:
+            raise ConnectionResetError("connection reset by peer")
+
+        monkeypatch.setattr(fake, "block_number", reset)
+        return result
+
+    monkeypatch.setattr(fake, "submit", submit_then_drop)
+    outcome = chain.set_weights({1: 1.0})
+    assert outcome.ok and outcome.block == -1, outcome.message
+    assert fake.weights[0] == [(1, 65535)]
+
+
 def test_set_weights_sends_u16_weights_signed_by_the_hotkey(
     chain: SubtensorChain, fake: FakeSubstrate
 ) -> None:

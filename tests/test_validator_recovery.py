@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from bittensor.result import ChainError
 
 from scoring.model import ModelConfig, build_model
 from scoring.types import Reason, SparseParam, SparseUpdate, SubmissionMeta
@@ -21,6 +22,7 @@ from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
 from validator.round.check_config import CheckConfig
 from validator.round.fetching import read_targets
+from validator.round.loop import Round, WindowState
 from validator.round.norms import reject_norm_outliers
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.service import Retry, _reconnect, serve
@@ -76,6 +78,51 @@ def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Pa
     )  # fmt: skip
     assert done == 1 and crashed == [1]
     assert runner.round.ledger.window_state(1) == "committed"
+
+
+class _FlakyWait:
+    """A chain whose first `blips` waits fail as a dropped websocket does."""
+
+    def __init__(self, inner: LocalChain, blips: int) -> None:
+        self.inner, self.blips = inner, blips
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def wait_for_block(self, block: int, timeout: float) -> int:
+        if self.blips > 0:
+            self.blips -= 1
+            raise ChainError("connection lost while waiting for a subscription response")
+        return self.inner.wait_for_block(block, timeout)
+
+
+def test_chain_errors_while_waiting_are_not_failed_attempts_at_the_window(tmp_path: Path) -> None:
+    """Counted as failed rounds, three dropped connections while waiting rebuilt the round three
+    times and ran the window salvaged: one transient stage error then gave up the stage's work."""
+    clear_gauntlet_env()
+    crashed: list[int] = []
+
+    def hook(stage: str, window: int) -> None:
+        if stage == "rate" and not crashed:
+            crashed.append(window)
+            raise RuntimeError("one transient error")
+
+    cfg = DemoConfig(parse_peers("honest:2"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
+    runner = DemoRunner(cfg, hook=hook)
+    runner.publish(1)
+    rnd = dataclasses.replace(runner.round, chain=_FlakyWait(runner.round.chain, blips=3))
+    rebuilt: list[int] = []
+
+    def reconnect(old: Round, state: WindowState) -> tuple[Round, WindowState]:
+        rebuilt.append(old.chain.block())
+        return runner.connect()
+
+    done = serve(rnd, runner.state, stop=threading.Event(), reconnect=reconnect, max_windows=1,
+                 retry=Retry(pause_s=0.0))  # fmt: skip
+    assert done == 1 and crashed == [1] and len(rebuilt) == 1  # the stage's error alone was a failure
+    assert rnd.metrics.chain_errors._value.get() == 3
+    record = open_ledger(runner.settings).window_detail(1)
+    assert record is not None and not record.salvaged and record.ratings
 
 
 def test_a_reconnected_round_keeps_the_fetcher_and_its_polls(tmp_path: Path) -> None:

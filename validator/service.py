@@ -75,13 +75,12 @@ def serve(
             window = state.model.window
             failures = failures if window == failing else 0
             salvage = failures >= retry.salvage_after
+            if not _chain_ready(rnd, window, stop, retry.pause_s):
+                continue
             try:
-                rnd.chain.wait_for_block(ready_block(rnd.cfg, window), timeout=5.0)
                 if salvage:
                     log.warning("window_salvaged", window=window, failed_attempts=failures)
                 report = run_window(rnd, state, window, salvage=salvage)
-            except TimeoutError:
-                continue
             except Exception:  # the round boundary: record, rebuild from storage, try the window again
                 failures, failing = failures + 1, window
                 log.exception("round_failed", window=window, failures_in_a_row=failures, salvaged=salvage)
@@ -105,6 +104,22 @@ def serve(
         rnd.weigher.lock.release()
         _close_remote(rnd)
     return committed
+
+
+def _chain_ready(rnd: Round, window: int, stop: threading.Event, pause_s: float) -> bool:
+    """Whether the chain has reached the window's ready block. A chain error while waiting (a
+    dropped websocket, a node restarting) is not an attempt at the window: counted as one, a few
+    such blips would run the window salvaged and give up a stage's work on one transient error."""
+    try:
+        rnd.chain.wait_for_block(ready_block(rnd.cfg, window), timeout=5.0)
+    except TimeoutError:
+        return False
+    except Exception as error:  # the chain's boundary: logged and waited out, never a round failure
+        log.warning("chain_wait_failed", window=window, error=f"{type(error).__name__}: {error}"[:300])
+        rnd.metrics.chain_errors.inc()
+        stop.wait(pause_s)
+        return False
+    return True
 
 
 def _reconnect(

@@ -11,8 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import bittensor as bt
+import structlog
 
-from validator.chain.protocol import Neuron, WeightLimits, WeightOutcome
+from validator.chain.commitment_read import visible_commitments
+from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightLimits, WeightOutcome
+
+log = structlog.get_logger(__name__)
+PRUNED_AFTER = 64  # blocks back beyond which a node may have discarded a block's state
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +66,19 @@ class SubtensorChain:
         return int(self._client.block)
 
     def block_timestamp(self, block: int) -> float:
-        return float(self._client.timestamp(block).timestamp())
+        try:
+            return float(self._client.timestamp(block).timestamp())
+        except bt.BittensorError as error:
+            head = self.block()
+            if head - block < PRUNED_AFTER:
+                raise  # recent state is never pruned: a transient error, the window is retried
+            # A node that keeps recent state only (a lite node: 256 blocks) refuses an old block's
+            # time for good, so a validator catching up would retry that window forever. The time
+            # is estimated from the head's; it dates the put window, and on stores a peer runs
+            # itself only the validator's own sightings time an upload (none while it was away).
+            estimate = self.block_timestamp(head) - (head - block) * BLOCK_SECONDS
+            log.warning("block_time_estimated", block=block, head=head, error=f"{error}"[:200])
+            return estimate
 
     def wait_for_block(self, block: int, timeout: float) -> int:
         if timeout <= 0:
@@ -86,13 +103,7 @@ class SubtensorChain:
 
     def commitments(self) -> dict[str, str]:
         """Visible commitments of registered hotkeys (sealed or deregistered ones are left out)."""
-        rows = self._client.subnets.commitments(self.config.netuid)
-        out: dict[str, str] = {}
-        for hotkey, row in rows.items():
-            value = row.value
-            if row.uid is not None and row.is_revealed and isinstance(value, str) and value:
-                out[str(hotkey)] = value
-        return out
+        return visible_commitments(self._client, self.config.netuid)
 
     def weight_limits(self) -> WeightLimits:
         read = self._client.hyperparameters
@@ -129,10 +140,11 @@ class SubtensorChain:
             loop.close()
 
     def _block_or_unknown(self) -> int:
-        """The head block for the outcome record, or -1 when the chain cannot be read."""
+        """The head block for the outcome record, or -1 when the chain cannot be read: any error
+        here would report a set that reached the chain as failed, and the set would be repeated."""
         try:
             return self.block()
-        except bt.BittensorError:
+        except Exception:  # the record's block is informative; the outcome is already decided
             return -1
 
 

@@ -39,6 +39,10 @@ class Metrics:
             "Windows committed in salvage mode after repeated failures (stages that raised skipped)",
             registry=self.registry,
         )
+        self.chain_errors = Counter(
+            "gauntlet_chain_wait_errors_total", "Chain errors while waiting for a window's ready block",
+            registry=self.registry,
+        )  # fmt: skip
         self.failing_streak = Gauge(
             "gauntlet_window_failures_in_a_row", "Failed attempts at the current window (alert on > 3)",
             registry=self.registry,
