@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 import obstore as obs
 from obstore.store import LocalStore
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from storage import models as m
@@ -153,6 +153,7 @@ def file_sha256(path: Path) -> str:
 
 _ARCHIVE_KEY = re.compile(r"archive/([0-9a-f]{2})/(\1[0-9a-f]{62})")
 _BATCH = 500  # digests per `IN (...)`: well under every database's bound on parameters
+_PRUNE_WINDOWS = 16  # old windows a prune reads at most: its cost stays bounded after a long gap
 
 
 def _digests(keys: Iterable[str]) -> Iterator[str]:
@@ -211,18 +212,28 @@ class SubmissionArchive:
         return self.store.exists(self.key(digest))
 
     def prune(self, *, session: Session, current_window: int) -> int:
-        """Delete blobs referenced only by windows older than the retention; returns how many."""
+        """Delete blobs referenced only by windows older than the retention; returns how many.
+
+        Only windows not pruned before are read, at most `_PRUNE_WINDOWS` of them a call (a first
+        prune after an upgrade or a shorter retention catches up over the next windows): reading
+        every old window again asked the store about every blob ever deleted, every window."""
         if self.config.retention_windows is None:
             return 0
         cutoff = current_window - self.config.retention_windows
+        due = select(m.Window.window).where(m.Window.window < cutoff, m.Window.archive_pruned.is_(False))
+        windows = list(session.scalars(due.order_by(m.Window.window).limit(_PRUNE_WINDOWS)))
+        if not windows:
+            return 0
         digest = m.Submission.content_digest
         kept = select(digest).where(m.Submission.window >= cutoff, digest.is_not(None))
-        stale = select(digest).where(m.Submission.window < cutoff, digest.is_not(None), digest.not_in(kept))
+        fallen = m.Submission.window.in_(windows)
+        stale = select(digest).where(fallen, digest.is_not(None), digest.not_in(kept))
         deleted = 0
         for value in session.scalars(stale.distinct()):
             if value is not None and self.exists(value):
                 self.store.delete(self.key(value))
                 deleted += 1
+        session.execute(update(m.Window).where(m.Window.window.in_(windows)).values(archive_pruned=True))
         return deleted
 
     def prune_orphans(self, *, session: Session, now: float | None = None) -> int:

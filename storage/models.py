@@ -103,6 +103,7 @@ class Window(Base):
     aggregate_weights: Mapped[list[Any] | None]  # aligned with aggregate_digests; None: equal weights
     # committed in salvage after repeated failures: stages were skipped, so replay cannot re-derive it
     salvaged: Mapped[bool] = mapped_column(server_default=false())
+    archive_pruned: Mapped[bool] = mapped_column(server_default=false())  # its blobs past retention went
     opened_at: Mapped[datetime]
     committed_at: Mapped[datetime | None]
 
