@@ -23,8 +23,9 @@ from api.schemas import (
     UidSpan,
 )
 from api.window_views import below, evaluation_out, load_window, public, rating_out
+from storage.peer_reads import PeerRows, peer_rows
 from storage.queries import leaderboard, list_windows, peer_history, peer_summary
-from storage.records import LeaderboardEntry, PeerSummary, WindowRecord
+from storage.records import LeaderboardEntry, PeerSummary
 
 PeerSort = Literal[
     "rank", "uid", "hotkey", "mu", "sigma", "ordinal", "bma", "final_score", "last_evaluated_window"
@@ -145,36 +146,26 @@ def peer_list(
     return PeerList(window=latest, total=len(rows), offset=query.offset, limit=query.limit, peers=page)
 
 
-def _peer_window(hotkey: str, state: str, record: WindowRecord) -> PeerWindow | None:
-    """The peer's part of one window, or None when it took no part in it."""
-    sub = next((s for s in record.submissions if s.hotkey == hotkey), None)
-    ev = next((e for e in record.evaluations if e.hotkey == hotkey), None)
-    rating = next((r for r in record.ratings if r.hotkey == hotkey), None)
-    sel = next((s for s in record.selections if s.hotkey == hotkey), None)
-    penalties = [public(PenaltyOut, p) for p in record.penalties if p.hotkey == hotkey]
-    if sub is None and ev is None and rating is None and sel is None and not penalties:
-        return None
+def _peer_window(window: int, state: str, part: PeerRows) -> PeerWindow:
+    sub, ev, rating, sel = part.submission, part.evaluation, part.rating, part.selection
     return PeerWindow(
-        window=record.window,
+        window=window,
         state=state,
         status=None if sub is None else sub.status,
         reason=None if sub is None else sub.reason,
         detail="" if sub is None else sub.detail,
         evaluation=None if ev is None else evaluation_out(ev),
         rating=None if rating is None else rating_out(rating),
-        penalties=penalties,
+        penalties=[public(PenaltyOut, p) for p in part.penalties],
         selection=None if sel is None else public(SelectionOut, sel),
     )
 
 
-def peer_detail(session: Session, memo: WindowMemo, summary: PeerSummary, *, n_windows: int) -> PeerDetail:
+def peer_detail(session: Session, summary: PeerSummary, *, n_windows: int) -> PeerDetail:
     ranks = {e.hotkey: e.rank for e in leaderboard(session=session)}
-    windows = []
-    for header in list_windows(session=session, limit=n_windows, before=below(summary.last_window)):
-        stored = load_window(session, memo, header.window)
-        part = None if stored is None else _peer_window(summary.hotkey, header.state, stored[1])
-        if part is not None:
-            windows.append(part)
+    headers = list_windows(session=session, limit=n_windows, before=below(summary.last_window))
+    parts = peer_rows(session=session, hotkey=summary.hotkey, windows=[h.window for h in headers])
+    windows = [_peer_window(h.window, h.state, parts[h.window]) for h in headers if h.window in parts]
     return PeerDetail(
         hotkey=summary.hotkey,
         uid=summary.uid,

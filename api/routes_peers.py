@@ -51,7 +51,7 @@ async def get_peer(
     check_peer_ident(peer)  # one cache entry per peer and window count: a uid has one spelling
 
     def view(s: Session, _latest: int | None) -> PeerDetail:
-        return peer_detail(s, state.memo, resolve_peer(s, peer), n_windows=windows)
+        return peer_detail(s, resolve_peer(s, peer), n_windows=windows)
 
     return await hot_read(request, state, f"peer:{peer}:{windows}", view)
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from sqlalchemy import event
 
+from api.peer_views import peer_detail, resolve_peer
+from storage.db import session_scope
 from tests.api_fixtures import (
     N_PEERS,
+    N_WINDOWS,
     SeededDb,
     config_for,
     hotkey,
@@ -35,6 +39,27 @@ def test_ranking_sorts_and_paginates(client: httpx.Client) -> None:
     by_ordinal = client.get("/v1/peers", params={"sort": "ordinal", "order": "asc"}).json()["peers"]
     assert [p["uid"] for p in by_ordinal] == [5, 4, 3, 2, 1, 0]
     assert client.get("/v1/peers", params={"offset": 100}).json()["peers"] == []
+
+
+def test_a_peer_detail_reads_only_that_peers_rows(pg_db: SeededDb) -> None:
+    """Loaded whole, 50 windows of a 256-sybil crowd took 27 s and 700 MB (every rating's links,
+    every copy pair), for a request anyone can repeat with another peer."""
+    statements: list[str] = []
+
+    def seen(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        statements.append(statement)
+
+    event.listen(pg_db.engine, "before_cursor_execute", seen)
+    try:
+        with session_scope(pg_db.engine) as s:
+            summary = resolve_peer(s, hotkey(N_PEERS - 1))
+            statements.clear()
+            detail = peer_detail(s, summary, n_windows=50)
+    finally:
+        event.remove(pg_db.engine, "before_cursor_execute", seen)
+    assert [w.window for w in detail.windows] == list(range(N_WINDOWS, 0, -1))
+    assert not any("copy_pairs" in st for st in statements)
+    assert len(statements) <= 8  # one read a table, not one a window
 
 
 def test_uid_and_hotkey_name_the_same_peer(client: httpx.Client) -> None:

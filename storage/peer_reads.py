@@ -1,0 +1,61 @@
+"""One peer's rows across windows, read without the rest of each window.
+
+A peer's detail used to load each of its newest windows whole and pick its rows out: with a crowd
+of 256 sybils, 50 windows took 27 s and 700 MB (every rating's link evidence, every copy pair),
+for one request anyone can repeat with another peer. Here each table is read once, filtered by
+the peer's hotkey and the windows asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from storage import models as m
+from storage.queries import _fields, _rating, _submission
+from storage.records import EvaluationRecord, PenaltyRecord, RatingRecord, SelectionRecord, SubmissionRecord
+
+
+def peer_rows(*, session: Session, hotkey: str, windows: Collection[int]) -> dict[int, PeerRows]:
+    """window -> the peer's submission, evaluation, rating, selection and penalties in it (windows
+    where it has no row are absent)."""
+    if not windows:
+        return {}
+    out: dict[int, PeerRows] = {}
+
+    def rows(model: Any, *order: Any) -> list[Any]:
+        stmt = select(model).where(model.window.in_(list(windows)), model.hotkey == hotkey)
+        return list(session.scalars(stmt.order_by(model.window, *order)))
+
+    def at(window: int) -> PeerRows:
+        return out.setdefault(window, PeerRows())
+
+    for s in rows(m.Submission):
+        at(s.window).submission = _submission(s)
+    for e in rows(m.Evaluation):
+        at(e.window).evaluation = EvaluationRecord(**_fields(e, EvaluationRecord))
+    for r in rows(m.RatingHistory):
+        at(r.window).rating = _rating(r)
+    for sel in rows(m.Selection):
+        at(sel.window).selection = SelectionRecord(
+            hotkey=sel.hotkey, uid=sel.uid, role=sel.role, rank=sel.rank
+        )
+    for p in rows(m.Penalty, m.Penalty.id):
+        at(p.window).penalties.append(PenaltyRecord(**_fields(p, PenaltyRecord)))
+    return out
+
+
+class PeerRows:
+    """A peer's part of one window."""
+
+    __slots__ = ("evaluation", "penalties", "rating", "selection", "submission")
+
+    def __init__(self) -> None:
+        self.submission: SubmissionRecord | None = None
+        self.evaluation: EvaluationRecord | None = None
+        self.rating: RatingRecord | None = None
+        self.selection: SelectionRecord | None = None
+        self.penalties: list[PenaltyRecord] = []
