@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import mmap
+import re
 import struct
 import threading
 from collections.abc import Collection, Iterator, Mapping
@@ -28,6 +29,9 @@ Data = bytes | mmap.mmap  # a whole file in memory, or the file mapped read-only
 ITEMSIZE: Mapping[str, int] = {"U8": 1, "F16": 2, "F32": 4}
 _NP_DTYPES: Mapping[str, str] = {"U8": "<u1", "F16": "<f2", "F32": "<f4"}
 _MAX_INT_DIGITS = 20  # any honest size or offset fits in 2**64; longer integers are hostile
+_MAX_NESTING = 3  # header object > entry or __metadata__ > shape or offsets list: nothing deeper
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string literal, escapes included
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _MAX_DIM = 1 << 48  # above any tensor a 72B-parameter submission holds, far below int64 overflow
 
 
@@ -104,10 +108,13 @@ def _load_header(data: Data, max_header_bytes: int) -> tuple[dict[str, Any], int
         raise Rejected(Reason.BAD_HEADER, f"header of {n} bytes exceeds cap {max_header_bytes}")
     if 8 + n > len(data):
         raise Rejected(Reason.NOT_SAFETENSORS, "truncated: header runs past the end of the file")
+    raw = bytes(data[8 : 8 + n])
+    if _nesting(raw) > _MAX_NESTING:
+        raise Rejected(Reason.NOT_SAFETENSORS, f"header nests deeper than {_MAX_NESTING} levels")
     try:
         with _collector_paused():
             header = json.loads(
-                data[8 : 8 + n].decode("utf-8"),
+                raw.decode("utf-8"),
                 parse_int=_parse_int,
                 parse_constant=_refuse_constant,
                 object_pairs_hook=_unique_keys,
@@ -117,6 +124,17 @@ def _load_header(data: Data, max_header_bytes: int) -> tuple[dict[str, Any], int
     if not isinstance(header, dict):
         raise Rejected(Reason.NOT_SAFETENSORS, "header is not a JSON object")
     return header, 8 + n
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep the header's arrays and objects nest (exact for valid JSON), counted without the
+    parser: its recursion budget is shared with the caller's stack, so a header nested near the
+    limit parsed on a worker thread and raised on a deeper stack, and one file had two verdicts."""
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    return int(np.cumsum(np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)).max())
 
 
 def _is_int(x: object) -> bool:
@@ -162,6 +180,8 @@ def read_container(
     metadata = header.pop("__metadata__", None)
     if not isinstance(metadata, dict):
         raise Rejected(Reason.BAD_METADATA, "no __metadata__ map")
+    if not all(isinstance(v, str) for v in metadata.values()):  # safetensors: a map of strings
+        raise Rejected(Reason.BAD_METADATA, "__metadata__ holds a value that is not a string")
     if expected is not None:  # None: any names (tools reading a file's metadata)
         _check_names(header, expected)
     entries = {name: _entry(name, raw, data_start) for name, raw in header.items()}

@@ -181,6 +181,7 @@ def read_format(data: Data, cfg: CodecConfig | None = None) -> str | None:
     return fmt if fmt in FORMATS else None
 
 
+_DECIMAL = re.compile(r"0|[1-9][0-9]{0,17}")
 _FORMS = {
     "hotkey": re.compile(r"[1-9A-HJ-NP-Za-km-z]{46,50}"),  # base58, the length of an ss58 address
     "base": re.compile(r"[0-9a-f]{64}"),
@@ -207,7 +208,7 @@ def _parse_metadata(metadata: Mapping[str, Any], cfg: CodecConfig) -> tuple[Subm
     numbers: dict[str, int] = {}
     for key in ("window", "uid", "chunk", "topk"):
         text = metadata[key]
-        if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        if not _DECIMAL.fullmatch(text):  # one spelling: "07" re-spelled a signed file as another
             raise Rejected(Reason.BAD_METADATA, f"{key}={text[:40]!r} is not a non-negative integer")
         numbers[key] = int(text)
     if (numbers["chunk"], numbers["topk"]) != (cfg.chunk, cfg.topk):

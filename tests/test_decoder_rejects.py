@@ -364,3 +364,41 @@ def test_overlapping_header_parses_share_one_pause_of_the_collector() -> None:
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()
+
+
+def _with_header(data: bytes, edit: Callable[[str], str]) -> bytes:
+    """`data` with its JSON header rewritten by `edit` (the signature untouched)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    raw = edit(data[8 : 8 + n].decode()).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + data[8 + n :]
+
+
+def _at_depth(frames: int, work: Callable[[], str | None]) -> str | None:
+    return work() if frames == 0 else _at_depth(frames - 1, work)
+
+
+def test_a_deeply_nested_header_has_one_verdict_at_any_stack_depth() -> None:
+    """The parser's recursion budget is the caller's too: a header nested 700 levels in an ignored
+    metadata key was accepted on a shallow stack and not_safetensors on a deep one (a file judged
+    on a worker thread, then re-read by the outer step, could stop decoding)."""
+    deep = "[" * 700 + "0" + "]" * 700
+    data = _with_header(
+        make_file(0), lambda h: h.replace('"__metadata__":{', f'"__metadata__":{{"note":{deep},', 1)
+    )
+    shallow, nested = reason_of(data), _at_depth(400, lambda: reason_of(data))
+    assert shallow == nested == Reason.NOT_SAFETENSORS
+
+
+def test_metadata_values_are_strings_and_numbers_have_one_spelling() -> None:
+    """Both passed with the original signature: a non-string value (safetensors itself refuses it)
+    and window "07" for 7, another accepted encoding of one signed file."""
+    good = make_file(0)
+    assert reason_of(good) is None
+    as_list = _with_header(good, lambda h: h.replace('"__metadata__":{', '"__metadata__":{"note":[1,2],', 1))
+    assert reason_of(as_list) == Reason.BAD_METADATA
+    for key, value in (("window", WINDOW), ("uid", UID), ("topk", 64)):
+        respelled = _with_header(
+            good, lambda h, k=key, v=value: h.replace(f'"{k}":"{v}"', f'"{k}":"0{v}"', 1)
+        )
+        assert respelled != good and reason_of(respelled) == Reason.BAD_METADATA, key
