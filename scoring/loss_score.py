@@ -26,6 +26,7 @@ from scoring.clipping import clip_factors
 from scoring.consensus import OUTER_LR
 from scoring.model import LlamaModel, autocast
 from scoring.page_test import PageLosses
+from scoring.threads import pinned_threads
 from scoring.types import SparseParam
 
 Batches = Sequence[torch.Tensor]
@@ -205,7 +206,8 @@ def deterministic(device: torch.device) -> Iterator[None]:
     )
     torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
     try:
-        yield
+        with pinned_threads():  # a CPU reduction's bits depend on the thread count (scoring/threads.py)
+            yield
     finally:
         torch.use_deterministic_algorithms(before, warn_only=before_warn)
 

@@ -37,6 +37,21 @@ def test_replay_from_another_folder(
     assert json.loads(result.out)["identical"] is True
 
 
+def test_replay_under_other_settings_says_so(
+    demo_dir: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Differences from changed rules looked exactly like nondeterminism: replay never compared the
+    settings digest stored with the window."""
+    clean_env.setenv("GAUNTLET_CONFIG", str(demo_dir / "gauntlet.toml"))
+    same = call(["replay", "1", "--json"], capsys)
+    assert same.code == 0 and "another" not in same.err
+    rules = json.loads(same.out)["rules"]
+    assert rules["config digest"][0] == rules["config digest"][1]
+    clean_env.setenv("GAUNTLET_EVAL_LR_FACTOR", "0.09")
+    changed = call(["replay", "1"], capsys)
+    assert "window 1 was scored under another config digest" in changed.err, changed.err
+
+
 def test_the_demo_writes_its_shapes_for_inspect(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shapes = demo_dir / "shapes.json"
     files = sorted((demo_dir / "stores").glob("peer-*/gauntlet/1/1/*.safetensors"))

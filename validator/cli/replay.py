@@ -10,7 +10,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from validator.cli.common import check_model_path, db_error, fail, open_dataset
 from validator.cli.ops import load_settings, require_database
+from validator.round.config import RoundConfig
 from validator.round.replay import FIELDS, ReplayRow, replay_window
+from validator.state.ledger import Ledger
 from validator.wiring import load_model, open_ledger, round_config
 
 
@@ -45,14 +47,11 @@ def replay(
     require_database(s)
     dataset = open_dataset(s)  # the evaluation pages are redrawn from it
     check_model_path(s)
+    cfg = round_config(s)
     try:
-        rows = replay_window(
-            window,
-            ledger=open_ledger(s, migrate_to_head=False),
-            model=load_model(s, dataset),
-            dataset=dataset,
-            cfg=round_config(s),
-        )
+        ledger = open_ledger(s, migrate_to_head=False)
+        rows = replay_window(window, ledger=ledger, model=load_model(s, dataset), dataset=dataset, cfg=cfg)
+        rules = _rules(ledger, window, cfg)
     except SQLAlchemyError as e:
         fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
     except (LookupError, ValueError) as e:  # not committed, not at head, or a base that does not rebuild
@@ -69,8 +68,23 @@ def replay(
             }
             for row in rows
         ]
-        typer.echo(json.dumps({"window": window, "identical": not differing, "peers": out}))
+        typer.echo(json.dumps({"window": window, "identical": not differing, "rules": rules, "peers": out}))
     else:
         typer.echo("\n".join(_table(rows, tolerance)))
         typer.echo(f"window {window}: {'identical' if not differing else f'{len(differing)} peers differ'}")
+    for name, (then, now) in rules.items():
+        if then != now:  # differences then come from the rules, not from nondeterminism
+            typer.echo(
+                f"window {window} was scored under another {name}: {then[:16]} then, {now[:16]} now", err=True
+            )
     return 1 if differing else 0
+
+
+def _rules(ledger: Ledger, window: int, cfg: RoundConfig) -> dict[str, tuple[str, str]]:
+    """The settings digest and code version the window was scored under, and today's."""
+    record = ledger.window_detail(window)
+    assert record is not None  # replay_window found it committed
+    return {
+        "config digest": (record.config_digest, cfg.config_digest),
+        "code version": (record.code_version, cfg.code_version),
+    }

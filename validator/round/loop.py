@@ -26,6 +26,7 @@ from scoring.model import param_spec
 from scoring.persistence import sketch_seed
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
+from scoring.threads import pinned_threads
 from storage.records import WORKER_TIMINGS, WindowRecord
 from validator.chain.protocol import BLOCK_SECONDS, Chain
 from validator.round.checking import Decoder, EagerDecoder, Judge, file_judge
@@ -103,7 +104,13 @@ class WindowReport:
 
 def run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool = False) -> WindowReport:
     """Score and commit `window`. `salvage`: stages that raise are skipped, not retried (the
-    service's last resort for a window that keeps failing)."""
+    service's last resort for a window that keeps failing). Torch runs at the fixed thread count
+    replay uses (scoring/threads.py): norms, losses and the outer step must not depend on cores."""
+    with pinned_threads():
+        return _run_window(rnd, state, window, salvage=salvage)
+
+
+def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -> WindowReport:
     gm = state.model
     if gm.window != window:
         raise ValueError(f"the model is at window {gm.window}, not {window}")

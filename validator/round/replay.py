@@ -20,6 +20,7 @@ from scoring.loss_score import evaluate_peers
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
+from scoring.threads import pinned_threads
 from scoring.types import Reason
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
 from validator.round.checking import file_judge
@@ -174,7 +175,14 @@ def _recomputed_rows(
 def replay_window(
     window: int, *, ledger: Ledger, model: LlamaModel, dataset: Dataset, cfg: RoundConfig
 ) -> list[ReplayRow]:
-    """Stored vs recomputed, one row per peer of the window."""
+    """Stored vs recomputed, one row per peer of the window, at the live round's thread count."""
+    with pinned_threads():
+        return _replay(window, ledger=ledger, model=model, dataset=dataset, cfg=cfg)
+
+
+def _replay(
+    window: int, *, ledger: Ledger, model: LlamaModel, dataset: Dataset, cfg: RoundConfig
+) -> list[ReplayRow]:
     record = ledger.window_detail(window)
     if record is None or ledger.window_state(window) != "committed":
         raise LookupError(f"window {window} is not committed")
