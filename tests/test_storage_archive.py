@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from storage.archive import (
     ArchiveConfig,
@@ -26,7 +26,9 @@ from storage.checkpoints import (
     save_checkpoint,
 )
 from storage.db import session_scope
+from storage.models import ResidualSketch
 from storage.records import SubmissionRecord, WindowRecord
+from storage.sketch_rows import SketchRecord
 from storage.writer import commit_window
 from tests.storage_fixtures import (
     make_window,
@@ -201,6 +203,28 @@ def test_ledger_sweeps_orphans_at_start_then_once_per_half_grace(engine: Engine,
     assert ledger.prune(11) == 0 and archive.exists(second)  # within grace / 2: not listed again
     clock[0] += 1
     assert ledger.prune(12) == 1 and not archive.exists(second)
+
+
+def test_a_prune_keeps_what_the_oldest_replayable_window_reads(engine: Engine, tmp_path: Path) -> None:
+    """Cut at the retention alone, the oldest windows it keeps lost the sketches their persistence
+    check reads and the aggregates their recycling check and model rebuild read: they replayed
+    differently (a stored drift of 0.004 recomputed as 0.0)."""
+    blobs = LocalBlobStore(tmp_path)
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=6))
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=3, clock=lambda: 0.0)
+    digests = {w: archive.put(f"window {w}".encode()) for w in range(1, 13)}
+    with session_scope(engine) as s:
+        for w, digest in digests.items():
+            record = _window_with_blobs(w, [digest])
+            sketch = SketchRecord(record.submissions[0].hotkey, 7, bytes(128))
+            commit_window(session=s, record=dataclasses.replace(record, sketches=[sketch]))
+    ledger.prune(12, sketch_windows=4, earlier_windows=2)
+    # window 6, the oldest replayable: its model from the checkpoint at 3 and the aggregates of 3-5,
+    # the recycling check's 4-5, the persistence check's sketches of 2-5
+    assert [w for w, d in digests.items() if archive.exists(d)] == list(range(3, 13))
+    with session_scope(engine) as s:
+        kept = sorted(set(s.scalars(select(ResidualSketch.window))))
+    assert kept == list(range(2, 13))
 
 
 def test_checkpoints_and_rebuild_plan(engine: Engine, tmp_path: Path) -> None:

@@ -155,7 +155,8 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
         coefficients = scored.selection.weights
         gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr, coefficients)
         rnd.ledger.maybe_checkpoint(gm)
-        rnd.ledger.prune(window, sketch_windows=rnd.cfg.ranking.persistence.horizon)
+        horizon, earlier = rnd.cfg.ranking.persistence.horizon, rnd.cfg.check.recycled_windows
+        rnd.ledger.prune(window, sketch_windows=horizon, earlier_windows=earlier)
     with stages("publish"):
         bases, outer_lr = (ctx.base, gm.base), rnd.cfg.outer_lr
         doc = selection_document(window, bases, scored.peers, scored.selection, scored.reference, outer_lr)

@@ -121,10 +121,13 @@ class Ledger:
         attempted = [r for r in latest if r.outcome != "skipped" or r.error != NOT_LEADER]
         return bool(attempted) and attempted[0].outcome == "failed"
 
-    def prune(self, window: int, sketch_windows: int = 0) -> int:
-        """Delete archived submissions older than the retention (a no-op when it keeps everything),
-        and residual sketches older than it too, keeping at least the `sketch_windows` windows the
-        persistence check reads back. Returns how many archived blobs were deleted (old and orphaned).
+    def prune(self, window: int, sketch_windows: int = 0, earlier_windows: int = 0) -> int:
+        """Delete what no window within the retention can need any more (a no-op when it keeps
+        everything), and return how many archived blobs were deleted (old and orphaned). A window
+        within it replays from its own submissions, the aggregates since the checkpoint its model is
+        rebuilt from, the `earlier_windows` aggregates the recycling check compares with, and the
+        `sketch_windows` windows of residual sketches the persistence check reads back: cut at the
+        retention alone, the oldest windows it keeps replayed differently.
 
         Orphans (bodies of attempts that never committed) need a listing of the whole archive, so
         they are swept at the first prune of the process (a crash leaves them) and then at most
@@ -132,9 +135,12 @@ class Ledger:
         keep = self.archive.config.retention_windows
         if keep is None:
             return 0  # the default: no database round trip every window for nothing
-        cutoff = window - max(keep, sketch_windows)
-        self._tx(lambda s: prune_sketches(session=s, before=cutoff))
-        deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=window))
+        oldest = window - keep  # the oldest window that stays replayable
+        self._tx(lambda s: prune_sketches(session=s, before=oldest - sketch_windows))
+        blobs_from = window - max(
+            earlier_windows, self.checkpoint_every
+        )  # the archive's own retention on top
+        deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=blobs_from))
         now = self.clock()
         if self._next_orphan_sweep is None or now >= self._next_orphan_sweep:
             orphans = self._tx(lambda s: self.archive.prune_orphans(session=s))
