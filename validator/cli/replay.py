@@ -33,7 +33,8 @@ def _table(rows: list[ReplayRow], tolerance: float) -> list[str]:
             a, b = _fmt(row.stored.get(f)), _fmt(row.recomputed.get(f))
             cells.append(f"{(a + ' ≠ ' + b) if f in diff else a:>22}")
         # ascii(): a hotkey from a local chain or an older database may hold terminal escapes
-        lines.append(f"{row.uid:>4} {ascii(row.hotkey[:12])[1:-1]:<12} " + " ".join(cells))
+        fault = "  (the validator's own fault live: not re-derived)" if row.faulted else ""
+        lines.append(f"{row.uid:>4} {ascii(row.hotkey[:12])[1:-1]:<12} " + " ".join(cells) + fault)
     return lines
 
 
@@ -65,6 +66,7 @@ def replay(
                 "stored": row.stored,
                 "recomputed": row.recomputed,
                 "differs": row.differences(tolerance),
+                "rederived": not row.faulted,
             }
             for row in rows
         ]

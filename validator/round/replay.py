@@ -56,7 +56,15 @@ class ReplayRow:
     stored: Mapping[str, Any]
     recomputed: Mapping[str, Any]
 
+    @property
+    def faulted(self) -> bool:
+        """The live round's own fault decided this peer (`internal_error`: its judging raised, a
+        worker's memory, an unreadable archive): nothing in the window's inputs re-derives it."""
+        return self.stored.get("reason") == Reason.INTERNAL_ERROR
+
     def differences(self, tolerance: float) -> list[str]:
+        if self.faulted:  # shown, never a difference: a replay of such a window could never pass
+            return []
         out = []
         for f in FIELDS:
             a, b = self.stored.get(f), self.recomputed.get(f)
