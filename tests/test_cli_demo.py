@@ -52,6 +52,21 @@ def test_replay_under_other_settings_says_so(
     assert "window 1 was scored under another config digest" in changed.err, changed.err
 
 
+def test_replay_over_another_corpus_says_so(
+    demo_dir: Path, tmp_path: Path, clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dataset_path` is a path: a rebuilt corpus changed every score and replay gave no reason."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(demo_dir / "corpus", corpus)
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    manifest["shards"][0]["sha256"] = "0" * 64  # another build of the corpus
+    (corpus / "manifest.json").write_text(json.dumps(manifest))
+    clean_env.setenv("GAUNTLET_CONFIG", str(demo_dir / "gauntlet.toml"))
+    clean_env.setenv("GAUNTLET_DATASET_PATH", str(corpus))
+    result = call(["replay", "1"], capsys)
+    assert "window 1 was scored under another config digest" in result.err, result.err
+
+
 def test_the_demo_writes_its_shapes_for_inspect(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shapes = demo_dir / "shapes.json"
     files = sorted((demo_dir / "stores").glob("peer-*/gauntlet/1/1/*.safetensors"))

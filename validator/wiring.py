@@ -60,14 +60,18 @@ OPERATIONAL = frozenset({
 })  # fmt: skip
 
 
-def config_digest(settings: Settings) -> str:
+def config_digest(settings: Settings, dataset: Dataset | None = None) -> str:
     """A digest of the settings that decide a window's results, stored with every window, so two
-    windows scored under different rules are told apart (operational settings are left out)."""
-    relevant = {k: v for k, v in settings.masked().items() if k not in OPERATIONAL}
+    windows scored under different rules are told apart (operational settings are left out), and
+    of the dataset's manifest (its shards' digests): `dataset_path` is a path, and a rebuilt or
+    other corpus changed every score under the same settings."""
+    relevant: dict[str, object] = {k: v for k, v in settings.masked().items() if k not in OPERATIONAL}
+    if dataset is not None:
+        relevant["dataset_manifest"] = dataset.manifest.to_json()
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 
-def round_config(s: Settings) -> RoundConfig:
+def round_config(s: Settings, dataset: Dataset | None = None) -> RoundConfig:
     return RoundConfig(
         check=CheckConfig(
             codec=CodecConfig(),
@@ -103,7 +107,7 @@ def round_config(s: Settings) -> RoundConfig:
         fetch_deadline_s=s.fetch_deadline_s,
         put_window_s=s.put_window_s,
         put_grace_s=s.put_grace_s,
-        config_digest=config_digest(s),
+        config_digest=config_digest(s, dataset),
         code_version=code_version(),
     )
 
@@ -243,7 +247,7 @@ def build_round(
     """Connect storage (migrating it), join the stages, and restore where the next window starts:
     the model (loaded into `model`'s memory) and the ratings."""
     ledger = open_ledger(s)
-    cfg = round_config(s)
+    cfg = round_config(s, dataset)
     gm, ratings = ledger.restore(model, start_window=start_window, outer_lr=s.outer_lr, codec=cfg.check.codec)
     redis = connect(s.redis_url)
     events = RedisEvents(redis) if redis is not None else NullEvents()

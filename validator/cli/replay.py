@@ -48,7 +48,7 @@ def replay(
     require_database(s)
     dataset = open_dataset(s)  # the evaluation pages are redrawn from it
     check_model_path(s)
-    cfg = round_config(s)
+    cfg = round_config(s, dataset)
     try:
         ledger = open_ledger(s, migrate_to_head=False)
         rows = replay_window(window, ledger=ledger, model=load_model(s, dataset), dataset=dataset, cfg=cfg)
