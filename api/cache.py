@@ -137,25 +137,50 @@ class ResponseCache:
             self._local.popitem(last=False)
 
 
-class WindowMemo:
-    """A bounded LRU of committed windows; thread-safe, since reads run in the threadpool."""
+MEMO_ROWS = 250_000  # rows (and rating links) the memo holds at most, about 200 MB of records
 
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[int, StoredWindow] = OrderedDict()
+
+def _rows(stored: StoredWindow) -> int:
+    """A window's size in rows: with a crowd of sybils one window's rating links alone came to 30,000
+    (31 MB of records), and 64 such windows held 1.5 GB for anyone who asked for each once."""
+    r = stored[1]
+    links = sum(len(x.state.get("links") or ()) for x in r.ratings)
+    return (
+        1
+        + len(r.submissions)
+        + len(r.evaluations)
+        + len(r.ratings)
+        + len(r.penalties)
+        + len(r.copy_pairs)
+        + links
+    )
+
+
+class WindowMemo:
+    """A bounded LRU of committed windows, by count and by rows; thread-safe, since reads run in
+    the threadpool. A window larger than the whole budget is not kept."""
+
+    def __init__(self, size: int, max_rows: int = MEMO_ROWS) -> None:
+        self._size, self._max_rows = size, max_rows
+        self._items: OrderedDict[int, tuple[StoredWindow, int]] = OrderedDict()
+        self._held = 0
         self._lock = threading.Lock()
 
     def get(self, window: int) -> StoredWindow | None:
         with self._lock:
-            stored = self._items.get(window)
-            if stored is not None:
-                self._items.move_to_end(window)
-            return stored
+            held = self._items.get(window)
+            if held is None:
+                return None
+            self._items.move_to_end(window)
+            return held[0]
 
     def put(self, stored: StoredWindow) -> None:
-        window = stored[0].window
+        window, rows = stored[0].window, _rows(stored)
+        if rows > self._max_rows:
+            return
         with self._lock:
-            self._items[window] = stored
-            self._items.move_to_end(window)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+            old = self._items.pop(window, None)
+            self._held += rows - (0 if old is None else old[1])
+            self._items[window] = (stored, rows)
+            while len(self._items) > self._size or self._held > self._max_rows:
+                self._held -= self._items.popitem(last=False)[1][1]

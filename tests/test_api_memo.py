@@ -1,0 +1,35 @@
+"""The API's memo of committed windows is bounded by the rows it holds, not only by their count."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from api.cache import WindowMemo
+from storage.records import WindowSummary
+from tests.storage_fixtures import make_window
+
+
+def _stored(window: int, links_per_peer: int = 0):  # type: ignore[no-untyped-def]
+    record = make_window(window, n_peers=8)
+    links = {f"5Other{i}": 0.1 for i in range(links_per_peer)}
+    ratings = [dataclasses.replace(r, state={**r.state, "links": links}) for r in record.ratings]
+    header = WindowSummary(window, "committed", record.base_fingerprint, None, None, 8, 4)
+    return header, dataclasses.replace(record, ratings=ratings)
+
+
+def test_windows_heavy_with_links_are_evicted_by_rows() -> None:
+    """By count alone, 64 windows of a sybil crowd (30,000 rating links each) held 1.5 GB."""
+    memo = WindowMemo(64, max_rows=5_000)
+    for w in range(1, 6):
+        memo.put(_stored(w, links_per_peer=250))  # 2,000 links and ~30 rows a window
+    assert [w for w in range(1, 6) if memo.get(w) is not None] == [4, 5]
+    memo.put(_stored(9, links_per_peer=1_000))  # larger than the whole budget: not kept
+    assert memo.get(9) is None and memo.get(5) is not None
+
+
+def test_light_windows_are_bounded_by_count() -> None:
+    memo = WindowMemo(3)
+    for w in range(1, 6):
+        memo.put(_stored(w))
+    memo.put(_stored(4))  # again: no double count
+    assert [w for w in range(1, 6) if memo.get(w) is not None] == [3, 4, 5]
