@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,6 +137,30 @@ def test_a_set_that_reached_the_chain_stays_ok_when_the_head_cannot_be_read(
     outcome = chain.set_weights({1: 1.0})
     assert outcome.ok and outcome.block == -1, outcome.message
     assert fake.weights[0] == [(1, 65535)]
+
+
+def test_a_set_the_node_never_answers_is_given_up(
+    config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocking facade waits without a bound: a node that took the extrinsic and never
+    reported it held the round until the transaction's era ran out, longer than a window."""
+
+    async def never(*args: object, **kwargs: object) -> object:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    chain = SubtensorChain(
+        dataclasses.replace(config, weight_timeout_s=0.5), client=bt.Subtensor("local", substrate=fake)
+    )
+    fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
+    fake.register(PEER, "5Cold")
+    monkeypatch.setattr(fake, "submit", never)
+    try:
+        outcome = chain.set_weights({1: 1.0})
+    finally:
+        chain.close()
+    assert not outcome.ok and outcome.message == "no answer within 0.5 s"
+    assert outcome.block == 100 and fake.weights == {}
 
 
 def test_set_weights_sends_u16_weights_signed_by_the_hotkey(

@@ -7,8 +7,10 @@ the timelocked commit-reveal extrinsic. Its errors are surfaced in `WeightOutcom
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import bittensor as bt
 import structlog
@@ -17,6 +19,7 @@ from validator.chain.commitment_read import visible_commitments
 from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightLimits, WeightOutcome
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 PRUNED_AFTER = 64  # blocks back beyond which a node may have discarded a block's state
 
 
@@ -32,6 +35,7 @@ class SubtensorChainConfig:
     version_key: int = 0
     weight_retries: int = 2  # resubmits on transient pool rejections (the SDK's `retries`)
     wait_for_finalization: bool = False
+    weight_timeout_s: float = 300.0  # a set not answered by then is recorded failed and retried
 
     def __post_init__(self) -> None:
         if not self.network:
@@ -42,6 +46,8 @@ class SubtensorChainConfig:
             raise ValueError("wallet_name and hotkey_name must be non-empty")
         if self.version_key < 0 or self.weight_retries < 0:
             raise ValueError("version_key and weight_retries must be >= 0")
+        if self.weight_timeout_s <= 0:
+            raise ValueError("weight_timeout_s must be > 0")
 
 
 def open_wallet(config: SubtensorChainConfig) -> Any:
@@ -117,17 +123,32 @@ class SubtensorChain:
                 weights={int(uid): float(w) for uid, w in weights.items()},
                 version_key=self.config.version_key,
             )
-            result = self._client.execute(
-                intent,
-                self._wallet,
-                retries=self.config.weight_retries,
-                wait_for_inclusion=True,
-                wait_for_finalization=self.config.wait_for_finalization,
+            result = self._bounded(
+                lambda client: client.execute(
+                    intent,
+                    self._wallet,
+                    retries=self.config.weight_retries,
+                    wait_for_inclusion=True,
+                    wait_for_finalization=self.config.wait_for_finalization,
+                ),
+                self.config.weight_timeout_s,
             )
         except bt.BittensorError as error:
             # Preflight refusals (rate limit, not registered, all-zero weights) and RPC failures.
             return WeightOutcome(False, f"{type(error).__name__}: {error}", self._block_or_unknown())
+        except TimeoutError:
+            # A node that takes the extrinsic and never reports it held the round until the
+            # transaction's era ran out (128 blocks: longer than a window); the set is retried.
+            message = f"no answer within {self.config.weight_timeout_s:g} s"
+            return WeightOutcome(False, message, self._block_or_unknown())
         return WeightOutcome(bool(result.success), _describe(result), self._block_or_unknown())
+
+    def _bounded(self, work: Callable[[Any], Awaitable[T]], timeout: float) -> T:
+        """`work(the SDK's async client)` on the SDK's own loop, cancelled after `timeout` seconds
+        (TimeoutError): the blocking facade waits on its loop without any bound."""
+        self._client.connect()
+        runner = self._client._loop  # bittensor 11: the facade's loop thread, whose call() takes a timeout
+        return cast(T, runner.call(asyncio.wait_for(work(self._client._client), timeout)))
 
     def close(self) -> None:
         """Close the SDK client and its private event loop."""
