@@ -33,6 +33,7 @@ class UniquenessConfig:
     block_chunks: int = 1
     sketch_bits: int = 14
     candidate_margin: float = 0.1
+    same_update: float = 0.9  # estimated overlap of one update sent twice (scoring/same_update.py)
 
     def __post_init__(self) -> None:
         if self.chunk <= 0 or not 0 < self.topk <= self.chunk:
@@ -45,6 +46,8 @@ class UniquenessConfig:
             raise ValueError("sketch_bits must be in [8, 24]")
         if not 0.0 <= self.candidate_margin < self.halve_at:
             raise ValueError("need 0 <= candidate_margin < halve_at")
+        if not 0.0 < self.same_update <= 1.0:
+            raise ValueError("need 0 < same_update <= 1")
 
     def tier(self, overlap: float) -> CopyTier:
         if overlap >= self.ban_at:

@@ -22,7 +22,9 @@ threshold flags honest peers. The tiers apply to a *copy strength*: the larger o
 - the residual similarity of `scoring/similarity.py`, ≤ 0.07 for honest pairs in every window
   measured (even with half the window junk), ≥ 0.13 for noisy copies, blends and colluders;
   a pair below `similarity_floor` is never flagged by positions alone.
-Each flagged pair is reported with its overlap, similarity and baseline.
+Each flagged pair is reported with its overlap, similarity and baseline. A group that sent one
+update (equal payloads, or the same positions with jittered values: scoring/same_update.py) takes
+part once, through its first upload: in numbers it set the median pair and the consensus.
 
 Direction. The offender is the later uploader, judged by the validator's own observation: a peer's
 upload lies in `(timestamp − resolution, timestamp]`; a is clearly first when `t_a <= t_b − res_b`
@@ -44,46 +46,13 @@ import numpy.typing as npt
 
 from scoring.copy_config import CopyTier as CopyTier  # re-exported: this module's types
 from scoring.copy_config import UniquenessConfig as UniquenessConfig
+from scoring.copy_findings import CopyFinding as CopyFinding  # re-exported: this module's types
+from scoring.copy_findings import PeerPayload as PeerPayload
+from scoring.copy_findings import duplicate_findings, oriented, tie_same_updates
 from scoring.similarity import estimate_overlaps, exact_overlap, residual_similarity, sample_blocks, sampled
-from scoring.types import Reason, SparseParam
+from scoring.types import Reason
 
 I64 = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True, slots=True)
-class PeerPayload:
-    """One peer's valid submission as uniqueness sees it."""
-
-    hotkey: str
-    digest: str
-    timestamp: float  # the validator's first sight of the object, seconds
-    update: Mapping[str, SparseParam]
-    resolution: float = 0.0  # the upload lies in (timestamp - resolution, timestamp]
-    linked: bool = False  # already linked to another peer (scoring/links.py): outside the links' consensus
-
-    def clearly_before(self, other: PeerPayload) -> bool:
-        # Both times must be the validator's own sightings: an unsighted peer's timestamp is its
-        # store's Last-Modified, which it controls, so it bounds nothing (a thief could backdate it).
-        if not (math.isfinite(self.resolution) and math.isfinite(other.resolution)):
-            return False
-        return self.timestamp < other.timestamp and self.timestamp <= other.timestamp - other.resolution
-
-
-@dataclass(frozen=True, slots=True)
-class CopyFinding:
-    """`offender` uploaded after `other` and overlaps it by `overlap`. When the order is unclear
-    (`clear` False) `offender` is just the larger hotkey: nobody is penalised for the pair. The
-    overlap is exact for the finding an offender is rejected for (and for every pair of a window
-    too small to calibrate); of the other flagged pairs it is the sampled chunks' estimate."""
-
-    offender: str
-    other: str
-    overlap: float
-    tier: CopyTier
-    reason: str
-    similarity: float = 1.0  # residual similarity (scoring/similarity.py)
-    baseline: float = 0.0  # the window's typical overlap the excess is measured from
-    clear: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +84,7 @@ def examine_copies(
 
 
 def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> CopyCheck:
-    findings = _duplicate_findings(peers, cfg)
+    findings = duplicate_findings(peers, cfg)
     dup_pairs = {frozenset((f.offender, f.other)) for f in findings}
     # a pair alone is its own baseline and its own consensus: nothing to calibrate against, so only
     # exact duplicates are evidence (raw overlap flagged two honest peers alone, issue 12)
@@ -128,8 +97,18 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
     if uncalibrated:  # asked for raw tiers (calibrate=False): the overlap alone decides
         return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(estimates)))
+    heads, everyone = tie_same_updates(peers, cfg, estimates, findings, dup_pairs), peers
+    if len(heads) < 3:  # one update sent by most of the window: nothing else to calibrate against
+        return CopyCheck(_measured(sorted(findings, key=lambda f: (f.offender, f.other)), peers, cfg))
+    peers, idx, val, estimates = (
+        [peers[i] for i in heads],
+        idx[heads],
+        val[heads],
+        estimates[np.ix_(heads, heads)],
+    )
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
     flagged = _flagged(peers, cfg, findings, dup_pairs, estimates, similarity)
+    flagged = _measured(flagged, everyone, cfg) if cfg.calibrate else flagged
     # links are measured among the peers not caught copying: copies of one victim in the consensus
     # tilt every other peer's residual the same way (honest pairs then linked at +0.07 … +0.09).
     # Peers already linked stay compared but leave the consensus: colluders' shared direction in it
@@ -186,9 +165,9 @@ def _flagged(
         tier = cfg.tier(max(excess, sim)) if shared else CopyTier.NONE
         if tier is not CopyTier.NONE:
             found = CopyFinding(b.hotkey, a.hotkey, overlap, tier, Reason.COPY, sim, baseline)
-            findings.append(_oriented(a, b, found))
+            findings.append(oriented(a, b, found))
     ordered = sorted(findings, key=lambda f: (f.offender, f.other))
-    return _measured(ordered, peers, cfg) if calibrated else ordered
+    return ordered
 
 
 def _measured(
@@ -230,33 +209,3 @@ def offences(findings: Sequence[CopyFinding]) -> dict[str, CopyFinding]:
 def unclear_pairs(findings: Sequence[CopyFinding]) -> list[tuple[str, str]]:
     """Pairs whose upload order was unclear: only one of each may be aggregated."""
     return [(f.other, f.offender) for f in findings if not f.clear]
-
-
-def _oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFinding:
-    """`finding` for the pair (a, b), which names b the offender, turned to name the later uploader;
-    when neither is clearly first, the finding is unclear."""
-    if a.clearly_before(b):
-        return replace(finding, offender=b.hotkey, other=a.hotkey)
-    if b.clearly_before(a):
-        return replace(finding, offender=a.hotkey, other=b.hotkey)
-    first, second = sorted((a.hotkey, b.hotkey))
-    return replace(finding, offender=second, other=first, clear=False)
-
-
-def _duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> list[CopyFinding]:
-    """Equal payloads: each is matched with the group's earliest upload the validator saw (a finite
-    resolution); the order decides as for copies. Unsighted members (their time is the store's own,
-    peer-controlled) go last: a back-dated one heading the group made every pair unclear, and so
-    shielded a copier the validator saw upload well after its victim."""
-    groups: dict[str, list[PeerPayload]] = {}
-    for p in peers:
-        groups.setdefault(p.digest, []).append(p)
-    tier = cfg.tier(1.0)
-    findings: list[CopyFinding] = []
-    for group in groups.values():
-        ordered = sorted(group, key=lambda p: (math.isinf(p.resolution), p.timestamp, p.hotkey))
-        first = ordered[0]
-        for p in ordered[1:]:
-            found = CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0)
-            findings.append(_oriented(first, p, found))
-    return findings

@@ -8,6 +8,8 @@ honest pair could have (≈ 0.32) and went unflagged. Both are judged here on re
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -78,3 +80,30 @@ def test_noisy_copies_and_blends_are_flagged_and_honest_peers_are_not(dataset: D
         assert set(tiers) == {"p5", "p6"}, [(f.offender, f.other, f.overlap, f.similarity) for f in found]
         noisy = next(f for f in found if f.offender == "p5")
         assert noisy.other == "p0" and noisy.overlap < 0.4  # the old fixed threshold never saw it
+
+
+def jittered(update: Update, seed: int) -> Update:
+    """The same kept positions, every value scaled by 1 ± 5 %: a new digest for one update."""
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        n: SparseParam(p.shape, p.indices, p.values * (1 + 0.05 * torch.randn(p.values.shape, generator=gen)))
+        for n, p in update.items()
+    }
+
+
+def test_a_crowd_sending_one_update_is_tied_however_many_it_is(dataset: Dataset) -> None:
+    """Two thirds of a window sending one update with jittered values made the median pair a pair
+    of copies and the consensus their update: not one pair was flagged (16 beside 8 peers)."""
+    honest = honest_updates(dataset, steps=20, peers=6)
+    own, honest = honest[-1], honest[:-1]
+    crowd = [jittered(own, seed) for seed in range(10)]  # from stores the polls never saw: unclear
+    peers = payloads(honest, len(honest)) + [
+        PeerPayload(f"s{i}", f"ds{i}", 5.0, u, math.inf) for i, u in enumerate(crowd)
+    ]
+    for seed in range(3):
+        found = find_copies(peers, seed=seed)
+        named = {h for f in found for h in (f.offender, f.other)}
+        assert not named & {f"p{i}" for i in range(len(honest))}, [(f.offender, f.other) for f in found]
+        tied = [f for f in found if f.same_update]
+        assert len(tied) == len(crowd) - 1 and len({f.other for f in tied} | {f.offender for f in tied}) == 10
+        assert not any(f.clear for f in tied)  # nobody saw them upload: nobody is penalised

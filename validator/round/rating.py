@@ -217,7 +217,7 @@ def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resem
         else:
             later.add(b if first == a else a)
     unclear = [f for f in copies.findings if not f.clear]
-    same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD]
+    same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD or f.same_update]
     pairs = tuple(sorted(unclear_pairs(unclear)))
     twins = Twins(pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen)
     return Resembling(twins, frozenset(later))

@@ -1,0 +1,110 @@
+"""A window's copy findings as values, and the groups that sent one update (scoring/uniqueness.py
+judges the rest): equal payloads, and the same kept positions with jittered values
+(scoring/same_update.py), each group tied to its first upload the validator saw."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from scoring.copy_config import CopyTier, UniquenessConfig
+from scoring.same_update import same_update_groups
+from scoring.types import Reason, SparseParam
+
+
+@dataclass(frozen=True, slots=True)
+class PeerPayload:
+    """One peer's valid submission as uniqueness sees it."""
+
+    hotkey: str
+    digest: str
+    timestamp: float  # the validator's first sight of the object, seconds
+    update: Mapping[str, SparseParam]
+    resolution: float = 0.0  # the upload lies in (timestamp - resolution, timestamp]
+    linked: bool = False  # already linked to another peer (scoring/links.py): outside the links' consensus
+
+    def clearly_before(self, other: PeerPayload) -> bool:
+        # Both times must be the validator's own sightings: an unsighted peer's timestamp is its
+        # store's Last-Modified, which it controls, so it bounds nothing (a thief could backdate it).
+        if not (math.isfinite(self.resolution) and math.isfinite(other.resolution)):
+            return False
+        return self.timestamp < other.timestamp and self.timestamp <= other.timestamp - other.resolution
+
+
+@dataclass(frozen=True, slots=True)
+class CopyFinding:
+    """`offender` uploaded after `other` and overlaps it by `overlap`. When the order is unclear
+    (`clear` False) `offender` is just the larger hotkey: nobody is penalised for the pair. The
+    overlap is exact for the finding an offender is rejected for (and for every pair of a window
+    too small to calibrate); of the other flagged pairs it is the sampled chunks' estimate."""
+
+    offender: str
+    other: str
+    overlap: float
+    tier: CopyTier
+    reason: str
+    similarity: float = 1.0  # residual similarity (scoring/similarity.py)
+    baseline: float = 0.0  # the window's typical overlap the excess is measured from
+    clear: bool = True
+    same_update: bool = False  # jittered values on the same positions: one update (scoring/same_update.py)
+
+
+def oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFinding:
+    """`finding` for the pair (a, b), which names b the offender, turned to name the later uploader;
+    when neither is clearly first, the finding is unclear."""
+    if a.clearly_before(b):
+        return replace(finding, offender=b.hotkey, other=a.hotkey)
+    if b.clearly_before(a):
+        return replace(finding, offender=a.hotkey, other=b.hotkey)
+    first, second = sorted((a.hotkey, b.hotkey))
+    return replace(finding, offender=second, other=first, clear=False)
+
+
+def tie_same_updates(
+    peers: Sequence[PeerPayload],
+    cfg: UniquenessConfig,
+    estimates: npt.NDArray[np.float64],
+    findings: list[CopyFinding],
+    dup_pairs: set[frozenset[str]],
+) -> list[int]:
+    """Each group that sent one update (scoring/same_update.py) tied to its first upload, as equal
+    payloads are; returns the peers that take part in the calibration: one of each group."""
+    heads = []
+    for group in same_update_groups([p.digest for p in peers], estimates, cfg.same_update):
+        head, *rest = sorted(
+            group, key=lambda i: (math.isinf(peers[i].resolution), peers[i].timestamp, peers[i].hotkey)
+        )
+        heads.append(head)
+        for i in rest:
+            first, later = peers[head], peers[i]
+            if frozenset((first.hotkey, later.hotkey)) not in dup_pairs:
+                o = float(estimates[head, i])
+                found = CopyFinding(
+                    later.hotkey, first.hotkey, o, cfg.tier(1.0), Reason.COPY, 1.0, 0.0, same_update=True
+                )
+                findings.append(oriented(first, later, found))
+                dup_pairs.add(frozenset((first.hotkey, later.hotkey)))
+    return sorted(heads)
+
+
+def duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> list[CopyFinding]:
+    """Equal payloads: each is matched with the group's earliest upload the validator saw (a finite
+    resolution); the order decides as for copies. Unsighted members (their time is the store's own,
+    peer-controlled) go last: a back-dated one heading the group made every pair unclear, and so
+    shielded a copier the validator saw upload well after its victim."""
+    groups: dict[str, list[PeerPayload]] = {}
+    for p in peers:
+        groups.setdefault(p.digest, []).append(p)
+    tier = cfg.tier(1.0)
+    findings: list[CopyFinding] = []
+    for group in groups.values():
+        ordered = sorted(group, key=lambda p: (math.isinf(p.resolution), p.timestamp, p.hotkey))
+        first = ordered[0]
+        for p in ordered[1:]:
+            found = CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0)
+            findings.append(oriented(first, p, found))
+    return findings
