@@ -43,3 +43,26 @@ def test_a_peer_whose_evaluation_raised_live_is_not_a_replay_difference(tmp_path
     faulted = [r.uid for r in rows if r.faulted]
     assert faulted == [victim] and not any(r.differences(0.0) for r in rows)
     assert rows[0].recomputed  # the others are re-derived and compared
+
+
+def test_a_field_recorded_as_none_for_every_peer_is_still_compared() -> None:
+    """Masked whenever every stored peer held None, a recorded field hid a real difference (no
+    peer had played a match yet, and replay's `last_matched` was never compared); only a field
+    the window was stored without is left out."""
+    from tests.storage_fixtures import make_window
+    from validator.round.replay import _stored_rows, unrecorded
+
+    record = make_window(3)
+    since = dataclasses.replace(
+        record,
+        ratings=[dataclasses.replace(r, state={**r.state, "last_matched": None}) for r in record.ratings],
+    )
+    before = dataclasses.replace(
+        record,
+        ratings=[
+            dataclasses.replace(r, state={k: v for k, v in r.state.items() if k != "last_matched"})
+            for r in record.ratings
+        ],
+    )
+    assert "last_matched" not in unrecorded(since, _stored_rows(since))
+    assert "last_matched" in unrecorded(before, _stored_rows(before))

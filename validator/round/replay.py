@@ -45,6 +45,24 @@ FIELDS = (
 LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated")
 
 
+# the rating state's key behind each field of LATER that it holds (a state stored before a field
+# existed lacks the key; one stored since holds it, None or not)
+STATE_KEYS = {f: f for f in ("retention", "drift", "last_aggregated", "last_matched", "gated")} | {
+    "proof": "proof_sum"
+}
+
+
+def unrecorded(record: WindowRecord, stored: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The fields of LATER the window was stored without. A state field counts as recorded when the
+    stored states hold its key: "None for every peer" hid a real difference (no peer had played a
+    match yet, and replay's recomputed `last_matched` was never compared)."""
+    keys = {k for r in record.ratings for k in r.state}
+    return [
+        f for f in LATER
+        if (STATE_KEYS[f] not in keys if f in STATE_KEYS else all(row[f] is None for row in stored.values()))
+    ]  # fmt: skip
+
+
 def _unmeasured(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
@@ -208,10 +226,9 @@ def _replay(
         # while the files are there: an update read from its file reads them for its norms
         again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)
     stored = _stored_rows(record)
-    for field in LATER:
-        if all(row[field] is None for row in stored.values()):
-            for row in again.values():
-                row[field] = None
+    for field in unrecorded(record, stored):
+        for row in again.values():
+            row[field] = None
     uids = {s.hotkey: s.uid for s in record.submissions}
     return [ReplayRow(h, uids[h], stored[h], again.get(h, {})) for h in sorted(stored)]
 
