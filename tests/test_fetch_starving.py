@@ -176,3 +176,24 @@ def test_the_object_version_a_store_names_is_recorded(store: FakeS3) -> None:
     assert [r.version for r in results] == ["3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY", None]
     peer = PeerWindow(Target(1, "versioned", None), Status.OK, None, "", results[0])
     assert submission_record(peer, "k").version_id == "3HL4kqtJlcpXroDTDmJ.rmSpXd3dIbrHY"
+
+
+def test_peers_aggregated_lately_are_fetched_ahead_of_a_crowd_of_slow_stores(store: FakeS3) -> None:
+    """A crowd of stores trickling just above the rate floor held every slot for its whole budget,
+    and a proven peer drawn after it was never fetched (64 such stores beside 8 peers: 2 to 8 of
+    them fetched). Lately aggregated peers go first, in the window's secret order among them."""
+    config = FetchConfig(
+        concurrency=1, head_timeout_s=0.5, peer_budget_s=1.0, retries=0, min_bytes_per_s=100.0,
+        rate_grace_s=0.5, allow_private_hosts=True,
+    )  # fmt: skip
+    crowd = [honest(store, f"slow{i}", size=20_000, trickle=400.0) for i in range(4)]
+    proven = honest(store, "proven")
+    requests = [*crowd, proven]
+    assert fetch_order(5, 0)[-1] == 4  # drawn last
+    late = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=2.5, seed=0))
+    assert late[-1].reason == Reason.NOT_ATTEMPTED  # behind the crowd, as before
+    ahead = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=2.5, seed=0, first={"proven"}))
+    assert ahead[-1].status == Status.OK
+    assert fetch_order(6, 7, first=[4, 1]) == [i for i in fetch_order(6, 7) if i in (1, 4)] + [
+        i for i in fetch_order(6, 7) if i not in (1, 4)
+    ]

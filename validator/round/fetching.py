@@ -67,6 +67,7 @@ class PutWindow:
 
     window: int
     put_start: float
+    first: frozenset[str] = frozenset()  # fetched ahead of the others: peers aggregated lately
 
 
 def fetch_window(
@@ -91,7 +92,11 @@ def fetch_window(
         clear_spool(fetcher.config.spool_dir, window)
     sightings = fetcher.observed(window)
     fetched = (
-        asyncio.run(fetcher.fetch_all(requests, deadline_s, on_result, seed=seed, sightings=sightings))
+        asyncio.run(
+            fetcher.fetch_all(
+                requests, deadline_s, on_result, seed=seed, sightings=sightings, first=put.first
+            )
+        )
         if requests
         else []
     )

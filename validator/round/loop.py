@@ -53,6 +53,8 @@ from validator.workers.stats import summary
 if TYPE_CHECKING:  # the workers import the round's evaluation config
     from validator.workers.remote import RemoteEvaluation
 
+LATELY = 3  # windows back that an aggregated peer is fetched ahead of the others
+
 
 @dataclass(frozen=True, slots=True)
 class Judging:
@@ -127,7 +129,7 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
     )
     rnd.events.publish("window_opened", window)
     with stages("fetch"):  # decoding overlaps the downloads
-        peers = _fetch_and_decode(rnd, ctx, judge)
+        peers = _fetch_and_decode(rnd, ctx, judge, _aggregated_lately(state.ratings, window))
     remote = rnd.judging.remote
     per_peer = state.seconds_per_eval / (1 if remote is None else remote.size)  # workers run at once
     inputs = WindowInputs(
@@ -171,14 +173,26 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
     return WindowReport(window, scored.peers, scored.selection, scored.heldout_loss, stages.seconds, after)
 
 
-def _fetch_and_decode(rnd: Round, ctx: WindowContext, judge: Judge) -> list[PeerWindow]:
+def _aggregated_lately(ratings: RatingState, window: int) -> frozenset[str]:
+    """Peers an outer step of the last `LATELY` windows aggregated: they are fetched first, so a
+    crowd of slow stores cannot keep proven work out of the window."""
+    return frozenset(
+        h
+        for h, r in ratings.peers.items()
+        if r.last_aggregated is not None and r.last_aggregated >= window - LATELY
+    )
+
+
+def _fetch_and_decode(
+    rnd: Round, ctx: WindowContext, judge: Judge, first: frozenset[str]
+) -> list[PeerWindow]:
     """Download every submission; each is archived and decoded as soon as it has arrived."""
     targets = read_targets(rnd.chain, rnd.locations, exclude=rnd.validator_hotkey)
     put_start = rnd.chain.block_timestamp(rnd.cfg.window.first_block(ctx.window + 1))
     deadline = rnd.cfg.fetch_deadline_s
     with EagerDecoder(judge, {t.hotkey: t.uid for t in targets}) as eager:
         # the order is the window's secret: stalling peers cannot arrange to be first
-        put = PutWindow(ctx.window, put_start)
+        put = PutWindow(ctx.window, put_start, first)
         fetched = fetch_window(rnd.fetcher, targets, put, deadline, on_result=eager, seed=ctx.seed.hex)
         return eager.outcomes(fetched)
 
