@@ -97,6 +97,7 @@ class ResponseCache:
     in-process LRU with the same keys and TTL takes over, so hot reads stay cheap either way."""
 
     LOCAL_ENTRIES = 512
+    LOCAL_BYTES = 64 << 20  # a sybil crowd's window body is megabytes: 512 of them would be gigabytes
 
     def __init__(self, gate: RedisGate, *, prefix: str, ttl_s: float, metrics: ApiMetrics) -> None:
         self._gate = gate
@@ -104,6 +105,7 @@ class ResponseCache:
         self._ttl_s = ttl_s
         self._metrics = metrics
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._local_bytes = 0
 
     def key(self, version: DataVersion, name: str) -> str:
         return f"{self._prefix}c:{version.key()}:{name}"
@@ -131,10 +133,13 @@ class ResponseCache:
 
     def _put_local(self, key: str, body: bytes) -> None:
         # Runs on the event loop only, so no lock is needed.
+        if len(body) > self.LOCAL_BYTES // 8:  # one body never takes the cache for itself
+            return
+        old = self._local.pop(key, None)
+        self._local_bytes += len(body) - (0 if old is None else len(old[1]))
         self._local[key] = (time.monotonic() + self._ttl_s, body)
-        self._local.move_to_end(key)
-        while len(self._local) > self.LOCAL_ENTRIES:
-            self._local.popitem(last=False)
+        while len(self._local) > self.LOCAL_ENTRIES or self._local_bytes > self.LOCAL_BYTES:
+            self._local_bytes -= len(self._local.popitem(last=False)[1][1])
 
 
 MEMO_ROWS = 250_000  # rows (and rating links) the memo holds at most, about 200 MB of records

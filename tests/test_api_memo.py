@@ -33,3 +33,28 @@ def test_light_windows_are_bounded_by_count() -> None:
         memo.put(_stored(w))
     memo.put(_stored(4))  # again: no double count
     assert [w for w in range(1, 6) if memo.get(w) is not None] == [3, 4, 5]
+
+
+def test_the_local_response_cache_is_bounded_by_bytes() -> None:
+    """With Redis off, 512 whole bodies were kept: a sybil crowd's window body is megabytes."""
+    import asyncio
+
+    from api.cache import ResponseCache
+    from api.metrics import ApiMetrics
+    from api.redis_gate import RedisGate
+
+    cache = ResponseCache(
+        RedisGate(None, timeout_s=0.1, retry_s=1), prefix="t:", ttl_s=60, metrics=ApiMetrics()
+    )
+    body = b"x" * (ResponseCache.LOCAL_BYTES // 10)
+
+    async def fill() -> None:
+        for i in range(40):
+            await cache.fetch(f"k{i}", lambda: body)
+
+    asyncio.run(fill())
+    held = [i for i in range(40) if cache._get_local(f"k{i}") is not None]
+    assert held == list(range(30, 40))  # the newest ten, a tenth of the budget each
+    huge = b"y" * (ResponseCache.LOCAL_BYTES // 4)
+    asyncio.run(cache.fetch("huge", lambda: huge))
+    assert cache._get_local("huge") is None and cache._get_local("k39") is not None
