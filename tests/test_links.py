@@ -191,3 +191,21 @@ def test_linked_peers_are_compared_but_leave_the_consensus() -> None:
     mean = lambda check, pairs: sum(check.resemblances[p] for p in pairs) / len(pairs)  # noqa: E731
     assert mean(before, honest) - mean(after, honest) > 0.02  # here -0.08, then -0.16
     assert mean(after, colluders) - mean(before, colluders) > 0.1  # here 0.00, then +0.24
+
+
+def test_a_crowd_keeps_a_bounded_number_of_partners_each() -> None:
+    """Every pair was kept in every rating state: a crowd of 40 resembling each other held 780
+    pairs a window (256 identities: 1.9 MB of links stored every window)."""
+    crowd = [f"s{i:02d}" for i in range(40)]
+    sims = {
+        (a, b): 0.2 + 0.001 * ((i * 7) % 13)
+        for i, (a, b) in enumerate((a, b) for a in crowd for b in crowd if a < b)
+    }
+    links = run([sims] * 3, set(crowd))
+    assert all(len(partners) <= CFG.max_partners for partners in links.values())
+    assert all(links[b][a] == v for a, partners in links.items() for b, v in partners.items())  # symmetric
+    linked = linked_pairs(links, CFG)
+    assert {h for pair in linked for h in pair} == set(crowd)  # every member still linked: left out
+    few = run([{("a", "b"): 0.2}] * 3, {"a", "b", "c"})  # a few partners: as before
+    value = few["a"]["b"]
+    assert few == {"a": {"b": value}, "b": {"a": value}} and math.isclose(value, 3 * CFG.step_cap)
