@@ -30,7 +30,10 @@ ITEMSIZE: Mapping[str, int] = {"U8": 1, "F16": 2, "F32": 4}
 _NP_DTYPES: Mapping[str, str] = {"U8": "<u1", "F16": "<f2", "F32": "<f4"}
 _MAX_INT_DIGITS = 20  # any honest size or offset fits in 2**64; longer integers are hostile
 _MAX_NESTING = 3  # header object > entry or __metadata__ > shape or offsets list: nothing deeper
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)  # a JSON string literal, escapes included
+# A JSON string literal, escapes included, or an unclosed one running to the end: every attempt
+# matches, so no byte is scanned twice (a pattern that failed on an unclosed string was retried at
+# every later quote: a 1 MiB header of escaped quotes took about 45 minutes, holding the GIL)
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _MAX_DIM = 1 << 48  # above any tensor a 72B-parameter submission holds, far below int64 overflow
 
