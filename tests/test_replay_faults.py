@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,6 +44,34 @@ def test_a_peer_whose_evaluation_raised_live_is_not_a_replay_difference(tmp_path
     faulted = [r.uid for r in rows if r.faulted]
     assert faulted == [victim] and not any(r.differences(0.0) for r in rows)
     assert rows[0].recomputed  # the others are re-derived and compared
+
+
+def test_a_peer_whose_decode_raised_live_stays_rejected_in_replay(tmp_path: Path) -> None:
+    """Judged again from its bytes, a peer the live round's decode fault had rejected was valid in
+    replay: it entered the copy check, the clip reference and the links, and the other peers'
+    rows differed (inflation, step loss, retention, score, proof)."""
+    clear_gauntlet_env()
+    runner = DemoRunner(
+        DemoConfig(parse_peers("honest:4"), workdir=tmp_path, inner_steps=2, corpus_tokens=100_000)
+    )
+    victim, decode = runner.network.peers[0].uid, runner.round.judging.decode
+
+    def flaky(data: object, spec: object, expect: Any, codec: object) -> Any:
+        if expect.uid == victim:
+            raise MemoryError("transient")
+        return decode(data, spec, expect, codec)  # type: ignore[arg-type]
+
+    runner.round = dataclasses.replace(
+        runner.round, judging=dataclasses.replace(runner.round.judging, decode=flaky)
+    )
+    runner.publish(1)
+    assert {p.uid: p.reason for p in runner.validate(1).peers}[victim] == Reason.INTERNAL_ERROR
+    rows = replay_window(
+        1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+        dataset=runner.dataset, cfg=round_config(runner.settings, runner.dataset),
+    )  # fmt: skip
+    assert [r.uid for r in rows if r.faulted] == [victim]
+    assert not [(r.uid, r.differences(0.0)) for r in rows if r.differences(0.0)]
 
 
 def test_a_field_recorded_as_none_for_every_peer_is_still_compared() -> None:

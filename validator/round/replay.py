@@ -103,7 +103,11 @@ def _peer(sub: SubmissionRecord, ledger: Ledger, spool: Path) -> PeerWindow:
     were."""
     target = PeerTarget(sub.uid, sub.hotkey, None)
     status = Status(sub.status)
-    if sub.content_digest is None or status in (Status.MISSING, Status.EARLY, Status.LATE):
+    if (
+        sub.content_digest is None
+        or status in (Status.MISSING, Status.EARLY, Status.LATE)
+        or _faulted_early(sub)
+    ):
         return PeerWindow(target, status, sub.reason, sub.detail)
     path = spool / f"{sub.content_digest}.safetensors"
     path.write_bytes(ledger.archive.get(sub.content_digest))  # one submission in memory at a time
@@ -120,6 +124,14 @@ def _peer(sub: SubmissionRecord, ledger: Ledger, spool: Path) -> PeerWindow:
         seen_resolution_s=sub.seen_resolution_s,
     )
     return PeerWindow(target, Status.OK, None, "", fetch)
+
+
+def _faulted_early(sub: SubmissionRecord) -> bool:
+    """The live round's own fault rejected the peer before the checks compared it with the others
+    (its decode or its norm raised): it stays rejected, as recorded. Judged again from its bytes it
+    was valid, took part in the copy check, the clip reference and the links, and the other
+    peers' rows differed. A peer whose evaluation raised is judged again: it was compared."""
+    return sub.reason == Reason.INTERNAL_ERROR and sub.detail.startswith(("decode raised", "norm raised"))
 
 
 def _row(
