@@ -11,6 +11,7 @@ import bittensor as bt
 import pytest
 
 from tests.fake_substrate import GENESIS_MS, FakeSubstrate
+from validator.chain import subtensor
 from validator.chain.protocol import Chain, Neuron, WeightLimits, WindowConfig, first_block, window_of
 from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
 from validator.round.weighing import conformed
@@ -161,6 +162,29 @@ def test_a_set_the_node_never_answers_is_given_up(
         chain.close()
     assert not outcome.ok and outcome.message == "no answer within 0.5 s"
     assert outcome.block == 100 and fake.weights == {}
+
+
+def test_a_node_that_stops_answering_altogether_does_not_hang_the_record(
+    config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def never(*args: object, **kwargs: object) -> int:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    chain = SubtensorChain(
+        dataclasses.replace(config, weight_timeout_s=0.3), client=bt.Subtensor("local", substrate=fake)
+    )
+    fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
+    fake.register(PEER, "5Cold")
+    chain.block()  # connected while the node still answers
+    monkeypatch.setattr(fake, "submit", never)
+    monkeypatch.setattr(fake, "block_number", never)
+    monkeypatch.setattr(subtensor, "HEAD_TIMEOUT_S", 0.3)
+    try:
+        outcome = chain.set_weights({1: 1.0})
+    finally:
+        chain.close()
+    assert not outcome.ok and outcome.block == -1
 
 
 def test_set_weights_sends_u16_weights_signed_by_the_hotkey(

@@ -21,6 +21,7 @@ from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightLimits, Weight
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
 PRUNED_AFTER = 64  # blocks back beyond which a node may have discarded a block's state
+HEAD_TIMEOUT_S = 10.0  # the head read that dates a weight set's record
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +164,8 @@ class SubtensorChain:
     def _block_or_unknown(self) -> int:
         """The head block for the outcome record, or -1 when the chain cannot be read: any error
         here would report a set that reached the chain as failed, and the set would be repeated."""
-        try:
-            return self.block()
+        try:  # bounded: after a set the node never answered, an unbounded read would hang instead
+            return int(self._bounded(lambda client: client.block(), HEAD_TIMEOUT_S))
         except Exception:  # the record's block is informative; the outcome is already decided
             return -1
 
