@@ -51,8 +51,9 @@ def replay(
     cfg = round_config(s, dataset)
     try:
         ledger = open_ledger(s, migrate_to_head=False)
-        rows = replay_window(window, ledger=ledger, model=load_model(s, dataset), dataset=dataset, cfg=cfg)
         rules = _rules(ledger, window, cfg)
+        _warn(window, rules)  # first: a base that no longer rebuilds is the likeliest sign of new rules
+        rows = replay_window(window, ledger=ledger, model=load_model(s, dataset), dataset=dataset, cfg=cfg)
     except SQLAlchemyError as e:
         fail(f"cannot reach the database {s.masked()['database_url']}: {db_error(e)}")
     except (LookupError, ValueError) as e:  # not committed, not at head, or a base that does not rebuild
@@ -74,18 +75,23 @@ def replay(
     else:
         typer.echo("\n".join(_table(rows, tolerance)))
         typer.echo(f"window {window}: {'identical' if not differing else f'{len(differing)} peers differ'}")
+    return 1 if differing else 0
+
+
+def _warn(window: int, rules: dict[str, tuple[str, str]]) -> None:
     for name, (then, now) in rules.items():
         if then != now:  # differences then come from the rules, not from nondeterminism
             typer.echo(
                 f"window {window} was scored under another {name}: {then[:16]} then, {now[:16]} now", err=True
             )
-    return 1 if differing else 0
 
 
 def _rules(ledger: Ledger, window: int, cfg: RoundConfig) -> dict[str, tuple[str, str]]:
-    """The settings digest and code version the window was scored under, and today's."""
+    """The settings digest and code version the window was scored under, and today's (none for a
+    window that was never stored: replay says so)."""
     record = ledger.window_detail(window)
-    assert record is not None  # replay_window found it committed
+    if record is None:
+        return {}
     return {
         "config digest": (record.config_digest, cfg.config_digest),
         "code version": (record.code_version, cfg.code_version),
