@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from scoring.copy_config import CopyTier, UniquenessConfig
 from scoring.same_update import same_update_groups
+from scoring.similarity import exact_overlap
 from scoring.types import Reason, SparseParam
 
 
@@ -74,20 +75,26 @@ def tie_same_updates(
     """Each group that sent one update (scoring/same_update.py) tied to its first upload, as equal
     payloads are; returns the peers that take part in the calibration: one of each group."""
     heads = []
-    for group in same_update_groups([p.digest for p in peers], estimates, cfg.same_update):
-        head, *rest = sorted(
-            group, key=lambda i: (math.isinf(peers[i].resolution), peers[i].timestamp, peers[i].hotkey)
-        )
+    order = sorted(
+        range(len(peers)),
+        key=lambda i: (math.isinf(peers[i].resolution), peers[i].timestamp, peers[i].hotkey),
+    )
+    for head, *rest in same_update_groups([p.digest for p in peers], estimates, cfg.same_update, order):
         heads.append(head)
         for i in rest:
             first, later = peers[head], peers[i]
-            if frozenset((first.hotkey, later.hotkey)) not in dup_pairs:
-                o = float(estimates[head, i])
-                found = CopyFinding(
-                    later.hotkey, first.hotkey, o, cfg.tier(1.0), Reason.COPY, 1.0, 0.0, same_update=True
-                )
-                findings.append(oriented(first, later, found))
-                dup_pairs.add(frozenset((first.hotkey, later.hotkey)))
+            if frozenset((first.hotkey, later.hotkey)) in dup_pairs:
+                continue
+            estimate, tier = float(estimates[head, i]), cfg.tier(1.0)
+            tie = CopyFinding(later.hotkey, first.hotkey, estimate, tier, Reason.COPY, same_update=True)
+            found = oriented(first, later, tie)
+            if found.clear:  # it penalises: confirmed on the whole updates, never on the sample alone
+                found = replace(found, overlap=exact_overlap(first.update, later.update, cfg))
+                if found.overlap < cfg.same_update:
+                    heads.append(i)  # not one update after all: judged by the calibrated check
+                    continue
+            findings.append(found)
+            dup_pairs.add(frozenset((first.hotkey, later.hotkey)))
     return sorted(heads)
 
 

@@ -5,7 +5,7 @@ against the window's typical overlap (the median pair) and the consensus of the 
 with two thirds of a window sending one update with its values jittered (new digests, the same
 positions: overlap 1), the median pair was a pair of copies and the consensus their update, and
 no pair was flagged at all (16 copies beside 8 independent peers, and every larger crowd). Such
-a group is one update: its members are tied to its first upload (scoring/uniqueness.py) and only
+a group is one update: its members are tied to its first upload (scoring/copy_findings.py) and only
 that one takes part in the calibration. Honest pairs share at most ≈ 0.76 of positions, at one
 inner step from the same base (tests/test_copy_calibration.py); `same_update` is 0.9.
 """
@@ -17,28 +17,25 @@ import numpy.typing as npt
 
 
 def same_update_groups(
-    digests: list[str], estimates: npt.NDArray[np.float64], threshold: float
+    digests: list[str], estimates: npt.NDArray[np.float64], threshold: float, order: list[int]
 ) -> list[list[int]]:
-    """The peers (indices) tied by an equal digest or an estimated overlap ≥ `threshold`, as
-    connected groups in index order (every peer is in exactly one, alone or not)."""
-    parent = list(range(len(digests)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[str, int] = {}
-    edges = [(first.setdefault(d, i), i) for i, d in enumerate(digests)]
-    edges += [
-        (int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(estimates >= threshold, k=1)), strict=True)
-    ]
-    for i, j in edges:
-        a, b = root(i), root(j)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    groups: dict[int, list[int]] = {}
-    for i in range(len(digests)):
-        groups.setdefault(root(i), []).append(i)
-    return list(groups.values())
+    """Groups of peers (indices) that sent one update, each headed by its first peer in `order`
+    (first upload): a peer joins the first head before it whose digest it shares or whose kept
+    positions it shares by an estimated `threshold`. Only a head's own pairs count: taken
+    transitively, a walk of sybils from one honest peer's positions to another's (7 % a step) put
+    the two honest peers in one group, and the later one was banned as a copy of the earlier."""
+    rank = {i: r for r, i in enumerate(order)}
+    near = estimates >= threshold
+    same_digest: dict[str, list[int]] = {}
+    for i in order:
+        same_digest.setdefault(digests[i], []).append(i)
+    grouped: set[int] = set()
+    groups = []
+    for i in order:
+        if i in grouped:
+            continue
+        members = {int(j) for j in np.flatnonzero(near[i])} | set(same_digest[digests[i]])
+        group = [i, *sorted((j for j in members - grouped if j != i), key=rank.__getitem__)]
+        grouped.update(group)
+        groups.append(group)
+    return groups

@@ -6,6 +6,11 @@ one machine did not replay identically on another with more cores (and one score
 workers, pinned to 1 thread, not on a host of 6 or more). Scoring, the outer step and replay run
 at `SCORING_THREADS` whatever the machine; the count is part of the code, not of a setting, so
 every validator computes the same bits. On CUDA the thread count does not enter the kernels.
+
+The count is process-wide and not thread-safe: one round pins it at a time (nothing else does).
+On a CPU-only validator every stage of the round runs at one torch thread, and an evaluation
+worker's `threads` setting no longer speeds its LossScore passes; many workers are the way to use
+more cores.
 """
 
 from __future__ import annotations

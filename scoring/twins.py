@@ -53,10 +53,16 @@ def judge_twins(
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
     grouped = {k for group in clusters(linked) if len(group) > 2 for k in group}
     alive = set(kept) - grouped
-    pairs = [(a, b) for a, b in [*twins.copies, *twins.linked] if a in alive and b in alive]
+    # one update's senders are tied among themselves too, not only through the one each was matched
+    # with: that one left out (unproven, rated low), every other sender was aggregated
+    one_update = [
+        sorted(g & alive) for g in clusters([p for p in twins.same if p[0] in present and p[1] in present])
+    ]
+    same_pairs = [*twins.same, *((g[0], k) for g in one_update for k in g[1:])]
+    pairs = [(a, b) for a, b in [*twins.copies, *twins.linked, *same_pairs] if a in alive and b in alive]
     lesser: set[str] = set()
     for group in clusters(pairs):
-        same = [(a, b) for a, b in twins.same if a in group and b in group]
+        same = [(a, b) for a, b in same_pairs if a in group and b in group]
         updates = len(clusters(same)) + len(group - {k for pair in same for k in pair})
         if updates > 2:  # three or more distinct updates tied together: none of them steers the model
             grouped |= group

@@ -177,7 +177,8 @@ def _measured(
     every flagged pair was quadratic: sybils sending one update with jittered values flagged every
     pair among them, each a walk over two whole updates (~1,000 s for 128 sybils at 100M values)."""
     update = {p.hotkey: p.update for p in peers}
-    decisive = {id(f) for f in offences(found).values() if f.reason == Reason.COPY}
+    # a same-update tie that penalises is exact already (scoring/copy_findings.py)
+    decisive = {id(f) for f in offences(found).values() if f.reason == Reason.COPY and not f.same_update}
     return [
         replace(f, overlap=exact_overlap(update[f.offender], update[f.other], cfg))
         if id(f) in decisive

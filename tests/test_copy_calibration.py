@@ -107,3 +107,35 @@ def test_a_crowd_sending_one_update_is_tied_however_many_it_is(dataset: Dataset)
         tied = [f for f in found if f.same_update]
         assert len(tied) == len(crowd) - 1 and len({f.other for f in tied} | {f.offender for f in tied}) == 10
         assert not any(f.clear for f in tied)  # nobody saw them upload: nobody is penalised
+
+
+def walked(a: Update, b: Update, share: float) -> Update:
+    """`a`'s kept positions with `share` of those only it keeps swapped for ones only `b` keeps, per
+    4096-chunk (values from whichever update kept the position)."""
+    out = {}
+    for name, pa in a.items():
+        pb, da, db = b[name], a[name].dense().flatten(), b[name].dense().flatten()
+        kept = []
+        for start in range(0, pa.numel, 4096):
+            ca = {int(i) for i in pa.indices if start <= i < start + 4096}
+            cb = {int(i) for i in pb.indices if start <= i < start + 4096}
+            only_a, only_b = sorted(ca - cb), sorted(cb - ca)
+            m = round(share * min(len(only_a), len(only_b)))
+            kept += sorted((ca - set(only_a[:m])) | set(only_b[:m]))
+        idx = torch.tensor(kept, dtype=torch.int64)
+        out[name] = SparseParam(pa.shape, idx, torch.where(da[idx] != 0, da[idx], db[idx]))
+    return out
+
+
+def test_a_walk_of_sybils_between_two_honest_peers_frames_neither(dataset: Dataset) -> None:
+    """Taken transitively, same-update pairs joined two honest peers through eleven unsighted
+    sybils whose positions walked from one to the other (each step ≥ 0.9 like its neighbours): the
+    later honest peer was banned as a copy of the earlier. Only a group head's own pairs count."""
+    honest = honest_updates(dataset, steps=20, peers=6)
+    steps = [walked(honest[0], honest[1], k / 12) for k in range(1, 12)]
+    peers = payloads(honest, len(honest))
+    peers[1] = PeerPayload("p1", "d1", 5.0, honest[1], 1.0)  # seen 5 s after p0: a clear order
+    peers += [PeerPayload(f"s{i}", f"ds{i}", 5.0, u, math.inf) for i, u in enumerate(steps)]
+    for seed in range(3):
+        found = find_copies(peers, seed=seed)
+        assert not {f.offender for f in found if f.clear} & {f"p{i}" for i in range(6)}, seed

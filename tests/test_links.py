@@ -209,3 +209,19 @@ def test_a_crowd_keeps_a_bounded_number_of_partners_each() -> None:
     few = run([{("a", "b"): 0.2}] * 3, {"a", "b", "c"})  # a few partners: as before
     value = few["a"]["b"]
     assert few == {"a": {"b": value}, "b": {"a": value}} and math.isclose(value, 3 * CFG.step_cap)
+
+
+def test_senders_of_one_update_stay_tied_when_the_one_they_were_matched_with_is_left_out() -> None:
+    """Each sender is matched with the group's first upload only: when that one was left out
+    (unproven, rated low), the ties went with it and every other sender was aggregated."""
+    from scoring.twins import judge_twins
+
+    inf = math.inf
+    twins = Twins(
+        copies=[("h", "m1"), ("h", "m2")],
+        same=[("h", "m1"), ("h", "m2")],
+        seen={"h": inf, "m1": inf, "m2": inf},
+    )
+    final = {"h": 0.0, "m1": 1.0, "m2": 0.9}.__getitem__
+    assert judge_twins({"h", "m1", "m2"}, {"h", "m1", "m2"}, final, twins).lesser == {"h", "m2"}
+    assert judge_twins({"h", "m1", "m2", "x"}, {"m1", "m2", "x"}, final, twins).lesser == {"m2"}
