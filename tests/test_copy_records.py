@@ -38,3 +38,15 @@ def test_a_few_flagged_pairs_are_all_recorded() -> None:
         ("5A", "5C"),
         ("5B", "5C"),
     ]
+
+
+def test_what_each_offender_is_rejected_for_is_always_recorded() -> None:
+    """Its decisive finding (the first of its worst tier) could be dropped once both sides were full
+    of stronger pairs: the record then showed other pairs than the one the peer was banned for."""
+
+    def clear(offender: str, other: str, similarity: float) -> CopyFinding:
+        return CopyFinding(offender, other, 0.7, CopyTier.BAN, Reason.COPY, similarity, 0.1, True)
+
+    findings = [clear("5X", "5A", 0.5), clear("5X", "5B", 0.9), clear("5C", "5A", 0.95)]
+    records = copy_pair_records(findings, per_peer=1)
+    assert ("5A", "5X") in {(r.hotkey_a, r.hotkey_b) for r in records}

@@ -13,7 +13,7 @@ from scoring.loss_score import PeerEval
 from scoring.penalties import miss_multiplier
 from scoring.ranking import PeerRating, RatingConfig, RatingState, Status
 from scoring.selection import Selection
-from scoring.uniqueness import CopyFinding, CopyTier
+from scoring.uniqueness import CopyFinding, CopyTier, offences
 from storage.records import (
     CopyPairRecord,
     EvaluationRecord,
@@ -143,14 +143,26 @@ def copy_pair_records(
     first). All of them were recorded: a crowd of g groups of jittered copies from stores the polls
     cannot see flags n²/2g pairs, nobody penalised, and 256 identities in 2 groups wrote 15,252 rows,
     7 MB, every window. The findings themselves, which the selection reads, are all kept."""
+    decisive = {
+        id(f) for f in offences(findings).values()
+    }  # what each offender is rejected for: always shown
     strongest = sorted(
-        findings, key=lambda f: (not f.clear, -f.tier, -f.similarity, -f.overlap, f.offender, f.other)
+        findings,
+        key=lambda f: (
+            id(f) not in decisive,
+            not f.clear,
+            -f.tier,
+            -f.similarity,
+            -f.overlap,
+            f.offender,
+            f.other,
+        ),
     )
     pairs: dict[tuple[str, str], CopyPairRecord] = {}
     shown: Counter[str] = Counter()
     for f in strongest:
         a, b = sorted((f.offender, f.other))
-        if (a, b) in pairs or (shown[a] >= per_peer and shown[b] >= per_peer):
+        if (a, b) in pairs or (id(f) not in decisive and shown[a] >= per_peer and shown[b] >= per_peer):
             continue
         shown.update((a, b))
         # overlap already counts only shared positions whose signs agree (scoring/uniqueness.py),
