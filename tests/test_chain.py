@@ -12,7 +12,15 @@ import pytest
 
 from tests.fake_substrate import GENESIS_MS, FakeSubstrate
 from validator.chain import subtensor
-from validator.chain.protocol import Chain, Neuron, WeightLimits, WindowConfig, first_block, window_of
+from validator.chain.protocol import (
+    Chain,
+    Neuron,
+    WeightLimits,
+    WeightOutcome,
+    WindowConfig,
+    first_block,
+    window_of,
+)
 from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
 from validator.round.weighing import conformed
 
@@ -140,26 +148,36 @@ def test_a_set_that_reached_the_chain_stays_ok_when_the_head_cannot_be_read(
     assert fake.weights[0] == [(1, 65535)]
 
 
-def test_a_set_the_node_never_answers_is_given_up(
-    config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The blocking facade waits without a bound: a node that took the extrinsic and never
-    reported it held the round until the transaction's era ran out, longer than a window."""
+async def _never(*args: object, **kwargs: object) -> int:
+    """A node that takes the request and never answers."""
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
 
-    async def never(*args: object, **kwargs: object) -> object:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
+def _silenced(
+    config: SubtensorChainConfig, fake: FakeSubstrate, mp: pytest.MonkeyPatch, *calls: str
+) -> WeightOutcome:
+    """A weight set against `fake` with `calls` never answered (a 0.5 s weight timeout)."""
     chain = SubtensorChain(
         dataclasses.replace(config, weight_timeout_s=0.5), client=bt.Subtensor("local", substrate=fake)
     )
     fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
     fake.register(PEER, "5Cold")
-    monkeypatch.setattr(fake, "submit", never)
+    chain.block()  # connected while the node still answers
+    for name in calls:
+        mp.setattr(fake, name, _never)
     try:
-        outcome = chain.set_weights({1: 1.0})
+        return chain.set_weights({1: 1.0})
     finally:
         chain.close()
+
+
+def test_a_set_the_node_never_answers_is_given_up(
+    config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocking facade waits without a bound: a node that took the extrinsic and never
+    reported it held the round until the transaction's era ran out, longer than a window."""
+    outcome = _silenced(config, fake, monkeypatch, "submit")
     assert not outcome.ok and outcome.message == "no answer within 0.5 s"
     assert outcome.block == 100 and fake.weights == {}
 
@@ -167,23 +185,8 @@ def test_a_set_the_node_never_answers_is_given_up(
 def test_a_node_that_stops_answering_altogether_does_not_hang_the_record(
     config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def never(*args: object, **kwargs: object) -> int:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
-
-    chain = SubtensorChain(
-        dataclasses.replace(config, weight_timeout_s=0.3), client=bt.Subtensor("local", substrate=fake)
-    )
-    fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
-    fake.register(PEER, "5Cold")
-    chain.block()  # connected while the node still answers
-    monkeypatch.setattr(fake, "submit", never)
-    monkeypatch.setattr(fake, "block_number", never)
     monkeypatch.setattr(subtensor, "HEAD_TIMEOUT_S", 0.3)
-    try:
-        outcome = chain.set_weights({1: 1.0})
-    finally:
-        chain.close()
+    outcome = _silenced(config, fake, monkeypatch, "submit", "block_number")
     assert not outcome.ok and outcome.block == -1
 
 

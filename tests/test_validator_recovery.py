@@ -59,18 +59,24 @@ def test_a_window_committed_differently_elsewhere_is_refused(tmp_path: Path) -> 
         ledger.commit(dataclasses.replace(record, aggregate_digests=["f" * 64]))
 
 
-def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Path) -> None:
+def _crashing_once(tmp_path: Path, stage: str) -> tuple[DemoRunner, list[int]]:
+    """Two honest peers' window 1, published, and a round that raises once after `stage`."""
     clear_gauntlet_env()
     crashed: list[int] = []
 
-    def hook(stage: str, window: int) -> None:
-        if stage == "evaluate" and not crashed:
+    def hook(done: str, window: int) -> None:
+        if done == stage and not crashed:
             crashed.append(window)
             raise RuntimeError("injected")
 
     cfg = DemoConfig(parse_peers("honest:2"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
     runner = DemoRunner(cfg, hook=hook)
     runner.publish(1)
+    return runner, crashed
+
+
+def test_serve_rebuilds_after_a_failed_round_and_commits_the_window(tmp_path: Path) -> None:
+    runner, crashed = _crashing_once(tmp_path, "evaluate")
     stop = threading.Event()
     done = serve(
         runner.round, runner.state, stop=stop, reconnect=lambda rnd, state: runner.connect(), max_windows=1,
@@ -99,17 +105,7 @@ class _FlakyWait:
 def test_chain_errors_while_waiting_are_not_failed_attempts_at_the_window(tmp_path: Path) -> None:
     """Counted as failed rounds, three dropped connections while waiting rebuilt the round three
     times and ran the window salvaged: one transient stage error then gave up the stage's work."""
-    clear_gauntlet_env()
-    crashed: list[int] = []
-
-    def hook(stage: str, window: int) -> None:
-        if stage == "rate" and not crashed:
-            crashed.append(window)
-            raise RuntimeError("one transient error")
-
-    cfg = DemoConfig(parse_peers("honest:2"), workdir=tmp_path / "d", inner_steps=2, corpus_tokens=100_000)
-    runner = DemoRunner(cfg, hook=hook)
-    runner.publish(1)
+    runner, crashed = _crashing_once(tmp_path, "rate")
     rnd = dataclasses.replace(runner.round, chain=_FlakyWait(runner.round.chain, blips=3))
     rebuilt: list[int] = []
 
