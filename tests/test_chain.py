@@ -302,3 +302,26 @@ def test_the_subnets_limits_are_read_and_a_self_weight_is_exempt(config: Subtens
         assert chain.set_weights(conformed({}, 0, [0, 1, 2], limits)).ok  # a self-weight alone
     finally:
         chain.close()
+
+
+def test_a_read_the_node_never_answers_raises_instead_of_holding_the_round(
+    config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocking facade waits on its loop without a bound: a node that took the metagraph or
+    commitments query and never answered held the fetch stage for good. Raised, the round is
+    retried from storage (validator/service.py)."""
+    chain = SubtensorChain(
+        dataclasses.replace(config, read_timeout_s=0.3), client=bt.Subtensor("local", substrate=fake)
+    )
+    fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
+    fake.commit(chain.hotkey, "https://example.com/own")
+    try:
+        assert chain.block() == 100 and chain.neurons()  # answered while the node answers
+        monkeypatch.setattr(fake, "runtime_call", _never)
+        monkeypatch.setattr(fake, "query_map", _never)
+        with pytest.raises(TimeoutError):
+            chain.neurons()
+        with pytest.raises(TimeoutError):
+            chain.commitments()
+    finally:
+        chain.close()

@@ -24,12 +24,13 @@ REVEALED = ("Commitments", "RevealedCommitments")
 UIDS = ("SubtensorModule", "Uids")
 
 
-def visible_commitments(client: Any, netuid: int) -> dict[str, str]:
-    """hotkey -> readable commitment text of every registered hotkey (sealed ones left out)."""
-    block = int(client.block)
-    registered = {str(hotkey) for hotkey, _ in client.query_map(UIDS, [netuid], block=block)}
-    committed = _by_hotkey(client.query_map(COMMITMENT_OF, [netuid], block=block))
-    revealed = _by_hotkey(client.query_map(REVEALED, [netuid], block=block))
+async def visible_commitments(client: Any, netuid: int) -> dict[str, str]:
+    """hotkey -> readable commitment text of every registered hotkey (sealed ones left out);
+    `client` is the SDK's async client."""
+    block = int(await client.block())
+    registered = {str(hotkey) for hotkey, _ in await client.query_map(UIDS, [netuid], block=block)}
+    committed = _by_hotkey(await client.query_map(COMMITMENT_OF, [netuid], block=block))
+    revealed = _by_hotkey(await client.query_map(REVEALED, [netuid], block=block))
     out: dict[str, str] = {}
     for hotkey in sorted(registered & (committed.keys() | revealed.keys())):
         try:

@@ -37,6 +37,7 @@ class SubtensorChainConfig:
     weight_retries: int = 2  # resubmits on transient pool rejections (the SDK's `retries`)
     wait_for_finalization: bool = False
     weight_timeout_s: float = 300.0  # a set not answered by then is recorded failed and retried
+    read_timeout_s: float = 120.0  # a read not answered by then raises: the round is retried
 
     def __post_init__(self) -> None:
         if not self.network:
@@ -47,8 +48,8 @@ class SubtensorChainConfig:
             raise ValueError("wallet_name and hotkey_name must be non-empty")
         if self.version_key < 0 or self.weight_retries < 0:
             raise ValueError("version_key and weight_retries must be >= 0")
-        if self.weight_timeout_s <= 0:
-            raise ValueError("weight_timeout_s must be > 0")
+        if self.weight_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ValueError("weight_timeout_s and read_timeout_s must be > 0")
 
 
 def open_wallet(config: SubtensorChainConfig) -> Any:
@@ -70,11 +71,11 @@ class SubtensorChain:
         self.signer: Any = self._wallet.hotkey  # a Keypair: signs the published selection
 
     def block(self) -> int:
-        return int(self._client.block)
+        return int(self._read(lambda client: client.block()))
 
     def block_timestamp(self, block: int) -> float:
         try:
-            return float(self._client.timestamp(block).timestamp())
+            return float(self._read(lambda client: client.timestamp(block=block)).timestamp())
         except bt.BittensorError as error:
             head = self.block()
             if head - block < PRUNED_AFTER:
@@ -95,7 +96,7 @@ class SubtensorChain:
         return int(header.number)
 
     def neurons(self) -> list[Neuron]:
-        graph = self._client.subnets.metagraph(self.config.netuid, commitments=False)
+        graph = self._read(lambda client: client.subnets.metagraph(self.config.netuid, commitments=False))
         if graph is None:
             raise LookupError(f"subnet {self.config.netuid} does not exist on {self.config.network}")
         return [
@@ -110,12 +111,15 @@ class SubtensorChain:
 
     def commitments(self) -> dict[str, str]:
         """Visible commitments of registered hotkeys (sealed or deregistered ones are left out)."""
-        return visible_commitments(self._client, self.config.netuid)
+        return self._read(lambda client: visible_commitments(client, self.config.netuid))
 
     def weight_limits(self) -> WeightLimits:
-        read = self._client.hyperparameters
-        limit = int(read.max_weight_limit(self.config.netuid))
-        return WeightLimits(int(read.min_allowed_weights(self.config.netuid)), min(limit, 65535) / 65535)
+        async def both(client: Any) -> tuple[int, int]:
+            read, netuid = client.hyperparameters, self.config.netuid
+            return int(await read.min_allowed_weights(netuid)), int(await read.max_weight_limit(netuid))
+
+        least, limit = self._read(both)
+        return WeightLimits(least, min(limit, 65535) / 65535)
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         try:
@@ -143,6 +147,10 @@ class SubtensorChain:
             message = f"no answer within {self.config.weight_timeout_s:g} s"
             return WeightOutcome(False, message, self._block_or_unknown())
         return WeightOutcome(bool(result.success), _describe(result), self._block_or_unknown())
+
+    def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """A chain read, bounded: a node that never answers raised nothing and held the round."""
+        return self._bounded(work, self.config.read_timeout_s)
 
     def _bounded(self, work: Callable[[Any], Awaitable[T]], timeout: float) -> T:
         """`work(the SDK's async client)` on the SDK's own loop, cancelled after `timeout` seconds
