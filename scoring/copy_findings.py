@@ -75,10 +75,7 @@ def tie_same_updates(
     """Each group that sent one update (scoring/same_update.py) tied to its first upload, as equal
     payloads are; returns the peers that take part in the calibration: one of each group."""
     heads = []
-    order = sorted(
-        range(len(peers)),
-        key=lambda i: (math.isinf(peers[i].resolution), peers[i].timestamp, peers[i].hotkey),
-    )
+    order = sorted(range(len(peers)), key=lambda i: upload_order(peers[i]))
     for head, *rest in same_update_groups([p.digest for p in peers], estimates, cfg.same_update, order):
         heads.append(head)
         for i in rest:
@@ -109,9 +106,14 @@ def duplicate_findings(peers: Sequence[PeerPayload], cfg: UniquenessConfig) -> l
     tier = cfg.tier(1.0)
     findings: list[CopyFinding] = []
     for group in groups.values():
-        ordered = sorted(group, key=lambda p: (math.isinf(p.resolution), p.timestamp, p.hotkey))
-        first = ordered[0]
-        for p in ordered[1:]:
-            found = CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD, 1.0, 0.0)
+        first, *rest = sorted(group, key=upload_order)
+        for p in rest:
+            found = CopyFinding(p.hotkey, first.hotkey, 1.0, tier, Reason.DUPLICATE_PAYLOAD)
             findings.append(oriented(first, p, found))
     return findings
+
+
+def upload_order(p: PeerPayload) -> tuple[bool, float, str]:
+    """Who of one update's senders comes first: uploads the validator saw, by time, before those
+    it did not (an unsighted peer's time is its own store's claim), the hotkey breaking ties."""
+    return math.isinf(p.resolution), p.timestamp, p.hotkey

@@ -97,18 +97,16 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
     if uncalibrated:  # asked for raw tiers (calibrate=False): the overlap alone decides
         return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(estimates)))
-    heads, everyone = tie_same_updates(peers, cfg, estimates, findings, dup_pairs), peers
+    # each group that sent one update takes part in the calibration once, through its first upload
+    heads = tie_same_updates(peers, cfg, estimates, findings, dup_pairs)
     if len(heads) < 3:  # one update sent by most of the window: nothing else to calibrate against
         return CopyCheck(_measured(sorted(findings, key=lambda f: (f.offender, f.other)), peers, cfg))
-    peers, idx, val, estimates = (
-        [peers[i] for i in heads],
-        idx[heads],
-        val[heads],
-        estimates[np.ix_(heads, heads)],
-    )
+    judged = [peers[i] for i in heads]
+    idx, val, estimates = idx[heads], val[heads], estimates[np.ix_(heads, heads)]
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
-    flagged = _flagged(peers, cfg, findings, dup_pairs, estimates, similarity)
-    flagged = _measured(flagged, everyone, cfg) if cfg.calibrate else flagged
+    flagged = _flagged(judged, cfg, findings, dup_pairs, estimates, similarity)
+    flagged = _measured(flagged, peers, cfg) if cfg.calibrate else flagged
+    peers = judged
     # links are measured among the peers not caught copying: copies of one victim in the consensus
     # tilt every other peer's residual the same way (honest pairs then linked at +0.07 … +0.09).
     # Peers already linked stay compared but leave the consensus: colluders' shared direction in it

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from storage import models as m
-from storage.queries import _fields, _rating, _submission
+from storage.queries import fields_of, rating_of, submission_of
 from storage.records import EvaluationRecord, PenaltyRecord, RatingRecord, SelectionRecord, SubmissionRecord
 
 
@@ -34,17 +34,17 @@ def peer_rows(*, session: Session, hotkey: str, windows: Collection[int]) -> dic
         return out.setdefault(window, PeerRows())
 
     for s in rows(m.Submission):
-        at(s.window).submission = _submission(s)
+        at(s.window).submission = submission_of(s)
     for e in rows(m.Evaluation):
-        at(e.window).evaluation = EvaluationRecord(**_fields(e, EvaluationRecord))
+        at(e.window).evaluation = EvaluationRecord(**fields_of(e, EvaluationRecord))
     for r in rows(m.RatingHistory):
-        at(r.window).rating = _rating(r)
+        at(r.window).rating = rating_of(r)
     for sel in rows(m.Selection):
         at(sel.window).selection = SelectionRecord(
             hotkey=sel.hotkey, uid=sel.uid, role=sel.role, rank=sel.rank
         )
     for p in rows(m.Penalty, m.Penalty.id):
-        at(p.window).penalties.append(PenaltyRecord(**_fields(p, PenaltyRecord)))
+        at(p.window).penalties.append(PenaltyRecord(**fields_of(p, PenaltyRecord)))
     return out
 
 

@@ -29,28 +29,16 @@ from storage.records import (
 from storage.sketch_rows import SketchRecord, unsigned_seed
 from storage.writer import utc
 
-_RATING_FIELDS = [
-    "hotkey",
-    "uid",
-    "mu",
-    "sigma",
-    "bma",
-    "final_score",
-    "penalty",
-    "last_evaluated_window",
-    "state",
-]
 
-
-def _rating(row: m.Rating | m.RatingHistory) -> RatingRecord:
-    return RatingRecord(**{f: getattr(row, f) for f in _RATING_FIELDS})
+def rating_of(row: m.Rating | m.RatingHistory) -> RatingRecord:
+    return RatingRecord(**fields_of(row, RatingRecord))
 
 
 def ratings_at(*, session: Session, window: int) -> dict[str, RatingRecord]:
     """Every peer's rating exactly as committed by `window` (the validator rates all tracked peers
     every window, so this is the whole rating state after that window)."""
     rows = session.scalars(select(m.RatingHistory).where(m.RatingHistory.window == window))
-    return {r.hotkey: _rating(r) for r in rows}
+    return {r.hotkey: rating_of(r) for r in rows}
 
 
 def seen_digests(*, session: Session, digests: list[str], before_window: int) -> set[str]:
@@ -141,7 +129,7 @@ def peer_summary(*, session: Session, hotkey: str) -> PeerSummary | None:
         first_window=peer.first_window,
         last_window=peer.last_window,
         uid_history=tuple((u, f, last) for u, f, last in uids),
-        rating=None if rating is None else _rating(rating),
+        rating=None if rating is None else rating_of(rating),
     )
 
 
@@ -170,6 +158,13 @@ def window_state(*, session: Session, window: int) -> str | None:
     return session.scalar(select(m.Window.state).where(m.Window.window == window))
 
 
+def window_rules(*, session: Session, window: int) -> tuple[str, str] | None:
+    """The settings digest and code version a window was scored under (a header read alone)."""
+    rules = select(m.Window.config_digest, m.Window.code_version).where(m.Window.window == window)
+    row = session.execute(rules).first()
+    return None if row is None else (row[0], row[1])
+
+
 def list_windows(*, session: Session, limit: int = 50, before: int | None = None) -> list[WindowSummary]:
     """Newest windows first, with their submission and evaluation counts."""
     n_sub = select(func.count()).where(m.Submission.window == m.Window.window).scalar_subquery()
@@ -192,7 +187,7 @@ def selection(*, session: Session, window: int) -> list[SelectionRecord]:
     return [SelectionRecord(hotkey=s.hotkey, uid=s.uid, role=s.role, rank=s.rank) for s in rows]
 
 
-def _fields(row: Any, record_type: Any) -> dict[str, Any]:
+def fields_of(row: Any, record_type: Any) -> dict[str, Any]:
     names = record_type if isinstance(record_type, tuple) else [f.name for f in fields(record_type)]
     return {n: getattr(row, n) for n in names}
 
@@ -202,22 +197,23 @@ def _children(session: Session, window: int) -> dict[str, Any]:
         return list(session.scalars(select(model).where(model.window == window).order_by(*order)))  # type: ignore[attr-defined]
 
     return {
-        "submissions": [_submission(s) for s in rows(m.Submission, m.Submission.hotkey)],
+        "submissions": [submission_of(s) for s in rows(m.Submission, m.Submission.hotkey)],
         "evaluations": [
-            EvaluationRecord(**_fields(e, EvaluationRecord)) for e in rows(m.Evaluation, m.Evaluation.hotkey)
+            EvaluationRecord(**fields_of(e, EvaluationRecord))
+            for e in rows(m.Evaluation, m.Evaluation.hotkey)
         ],
-        "ratings": [_rating(r) for r in rows(m.RatingHistory, m.RatingHistory.hotkey)],
-        "penalties": [PenaltyRecord(**_fields(p, PenaltyRecord)) for p in rows(m.Penalty, m.Penalty.id)],
+        "ratings": [rating_of(r) for r in rows(m.RatingHistory, m.RatingHistory.hotkey)],
+        "penalties": [PenaltyRecord(**fields_of(p, PenaltyRecord)) for p in rows(m.Penalty, m.Penalty.id)],
         "copy_pairs": [
-            CopyPairRecord(**_fields(c, CopyPairRecord))
+            CopyPairRecord(**fields_of(c, CopyPairRecord))
             for c in rows(m.CopyPair, m.CopyPair.hotkey_a, m.CopyPair.hotkey_b)
         ],
         "selections": selection(session=session, window=window),
     }
 
 
-def _submission(row: m.Submission) -> SubmissionRecord:
-    values = _fields(row, SubmissionRecord)
+def submission_of(row: m.Submission) -> SubmissionRecord:
+    values = fields_of(row, SubmissionRecord)
     values["storage_time"], values["fetched_time"] = utc(row.storage_time), utc(row.fetched_time)
     return SubmissionRecord(**values)
 
@@ -227,7 +223,7 @@ def window_detail(*, session: Session, window: int) -> WindowRecord | None:
     w = session.get(m.Window, window)
     if w is None:
         return None
-    header = _fields(
+    header = fields_of(
         w,
         ("window", "base_fingerprint", "heldout_seed", "config_digest", "code_version", "start_block"),
     )

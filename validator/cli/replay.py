@@ -88,11 +88,8 @@ def _warn(window: int, rules: dict[str, tuple[str, str]]) -> None:
 
 def _rules(ledger: Ledger, window: int, cfg: RoundConfig) -> dict[str, tuple[str, str]]:
     """The settings digest and code version the window was scored under, and today's (none for a
-    window that was never stored: replay says so)."""
-    record = ledger.window_detail(window)
-    if record is None:
+    window that was never stored: replay says so). The header alone: replay loads the window once."""
+    stored = ledger.window_rules(window)
+    if stored is None:
         return {}
-    return {
-        "config digest": (record.config_digest, cfg.config_digest),
-        "code version": (record.code_version, cfg.code_version),
-    }
+    return {"config digest": (stored[0], cfg.config_digest), "code version": (stored[1], cfg.code_version)}

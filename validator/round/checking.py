@@ -19,7 +19,7 @@ from scoring.uniqueness import CopyCheck, PeerPayload, examine_copies, offences
 from scoring.wire import CodecConfig
 from validator.round.check_config import CheckConfig
 from validator.round.norms import reject_norm_outliers, reject_zero_updates
-from validator.round.outcomes import PeerWindow
+from validator.round.outcomes import DECODE, PeerWindow, raised
 from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
 
@@ -52,8 +52,8 @@ def file_judge(
         try:
             return digest, decode(data, spec, expect, cfg.codec)
         except Exception as e:  # one peer's file must not stop the window
-            log.error("peer_judging_failed", stage="decode", hotkey=hotkey, uid=uid, exc_info=e)
-            verdict = Verdict.reject(Reason.INTERNAL_ERROR, f"decode raised {type(e).__name__}")
+            log.error("peer_judging_failed", stage=DECODE, hotkey=hotkey, uid=uid, exc_info=e)
+            verdict = Verdict.reject(Reason.INTERNAL_ERROR, raised(DECODE, e))
             return digest, DecodeResult(verdict)
 
     return judge

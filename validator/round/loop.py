@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scoring.data import Dataset
+from scoring.earnings import paid
 from scoring.lazy_update import judge_submission
 from scoring.loss_score import evaluate_peers
 from scoring.model import param_spec
@@ -174,13 +175,9 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
 
 
 def _aggregated_lately(ratings: RatingState, window: int) -> frozenset[str]:
-    """Peers an outer step of the last `LATELY` windows aggregated: they are fetched first, so a
-    crowd of slow stores cannot keep proven work out of the window."""
-    return frozenset(
-        h
-        for h, r in ratings.peers.items()
-        if r.last_aggregated is not None and r.last_aggregated >= window - LATELY
-    )
+    """Peers an outer step of the last `LATELY` windows aggregated, unless banned since (the same
+    test as pay's): they are fetched first, so a crowd of slow stores cannot keep proven work out."""
+    return frozenset(h for h, r in ratings.peers.items() if paid(r, window - 1, LATELY))
 
 
 def _fetch_and_decode(

@@ -16,7 +16,7 @@ from scoring.proof import proven
 from scoring.ranking import RatingConfig, RatingState
 from scoring.types import Reason
 from validator.round.check_config import CheckConfig
-from validator.round.outcomes import PeerWindow, judging_failed
+from validator.round.outcomes import NORM, PeerWindow, judging_failed
 
 RELATIVE_EMPTY = 1e-3  # of every valid update's median norm: a proven norm under it does not count
 
@@ -69,7 +69,7 @@ def reject_zero_updates(peers: Sequence[PeerWindow], cfg: CheckConfig) -> list[P
         try:
             empty = p.update is not None and total_norm(p) <= cfg.zero_norm
         except Exception as e:  # a peer's own update: isolated
-            out.append(judging_failed(p, "norm", e))
+            out.append(judging_failed(p, NORM, e))
             continue
         out.append(p.reject(Reason.ZERO_UPDATE, f"update norm <= {cfg.zero_norm:g}") if empty else p)
     return out

@@ -61,11 +61,25 @@ class PeerWindow:
         return replace(self, status=Status.INVALID, reason=reason, detail=detail, update=None)
 
 
+DECODE, NORM = "decode", "norm"  # the judging stages before the checks compare peers with each other
+
+
 def judging_failed(p: PeerWindow, stage: str, error: BaseException) -> PeerWindow:
-    """The peer whose judging raised: invalid (`internal_error`), the traceback in the log. The
-    stored detail names only the exception type: messages may quote what the peer sent."""
+    """The peer whose judging raised: invalid (`internal_error`), the traceback in the log."""
     log.error("peer_judging_failed", stage=stage, hotkey=p.hotkey, uid=p.uid, exc_info=error)
-    return p.reject(Reason.INTERNAL_ERROR, f"{stage} raised {type(error).__name__}")
+    return p.reject(Reason.INTERNAL_ERROR, raised(stage, error))
+
+
+def raised(stage: str, error: BaseException) -> str:
+    """An `internal_error`'s stored detail: the stage that raised and the exception's type only
+    (messages may quote what the peer sent). `raised_in` reads the stage back (replay)."""
+    return f"{stage} raised {type(error).__name__}"
+
+
+def raised_in(detail: str) -> str | None:
+    """The stage an `internal_error` detail names, or None."""
+    stage, sep, _ = detail.partition(" raised ")
+    return stage if sep else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,21 +143,13 @@ def copy_pair_records(
     first). All of them were recorded: a crowd of g groups of jittered copies from stores the polls
     cannot see flags n²/2g pairs, nobody penalised, and 256 identities in 2 groups wrote 15,252 rows,
     7 MB, every window. The findings themselves, which the selection reads, are all kept."""
-    decisive = {
-        id(f) for f in offences(findings).values()
-    }  # what each offender is rejected for: always shown
-    strongest = sorted(
-        findings,
-        key=lambda f: (
-            id(f) not in decisive,
-            not f.clear,
-            -f.tier,
-            -f.similarity,
-            -f.overlap,
-            f.offender,
-            f.other,
-        ),
-    )
+    # what each offender is rejected for is always shown
+    decisive = {id(f) for f in offences(findings).values()}
+
+    def strength(f: CopyFinding) -> tuple[bool, bool, int, float, float, str, str]:
+        return id(f) not in decisive, not f.clear, -f.tier, -f.similarity, -f.overlap, f.offender, f.other
+
+    strongest = sorted(findings, key=strength)
     pairs: dict[tuple[str, str], CopyPairRecord] = {}
     shown: Counter[str] = Counter()
     for f in strongest:

@@ -26,7 +26,7 @@ from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, Wi
 from validator.round.checking import file_judge
 from validator.round.config import RoundConfig
 from validator.round.drift import sketch_loader
-from validator.round.outcomes import PeerTarget, PeerWindow, Scored
+from validator.round.outcomes import DECODE, NORM, PeerTarget, PeerWindow, Scored, raised_in
 from validator.round.pipeline import WindowContext, WindowInputs, score_window
 from validator.round.recording import evaluation_record, rating_record, submission_record
 from validator.round.recycling import earlier_loader
@@ -131,7 +131,7 @@ def _faulted_early(sub: SubmissionRecord) -> bool:
     (its decode or its norm raised): it stays rejected, as recorded. Judged again from its bytes it
     was valid, took part in the copy check, the clip reference and the links, and the other
     peers' rows differed. A peer whose evaluation raised is judged again: it was compared."""
-    return sub.reason == Reason.INTERNAL_ERROR and sub.detail.startswith(("decode raised", "norm raised"))
+    return sub.reason == Reason.INTERNAL_ERROR and raised_in(sub.detail) in (DECODE, NORM)
 
 
 def _row(

@@ -99,6 +99,10 @@ class Ledger:
     def window_state(self, window: int) -> str | None:
         return self._tx(lambda s: queries.window_state(session=s, window=window))
 
+    def window_rules(self, window: int) -> tuple[str, str] | None:
+        """(settings digest, code version) the window was scored under; None if never stored."""
+        return self._tx(lambda s: queries.window_rules(session=s, window=window))
+
     def latest_committed(self) -> int | None:
         return self._tx(lambda s: queries.latest_committed_window(session=s))
 
@@ -137,9 +141,8 @@ class Ledger:
             return 0  # the default: no database round trip every window for nothing
         oldest = window - keep  # the oldest window that stays replayable
         self._tx(lambda s: prune_sketches(session=s, before=oldest - sketch_windows))
-        blobs_from = window - max(
-            earlier_windows, self.checkpoint_every
-        )  # the archive's own retention on top
+        # the archive's own retention counts back from this: aggregates since the oldest's checkpoint
+        blobs_from = window - max(earlier_windows, self.checkpoint_every)
         deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=blobs_from))
         now = self.clock()
         if self._next_orphan_sweep is None or now >= self._next_orphan_sweep:
