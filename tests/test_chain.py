@@ -325,3 +325,25 @@ def test_a_read_the_node_never_answers_raises_instead_of_holding_the_round(
             chain.commitments()
     finally:
         chain.close()
+
+
+def test_a_first_connection_the_node_never_answers_raises(
+    config: SubtensorChainConfig, fake: FakeSubstrate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The facade's connect() has no bound, and the SDK reads the chain during it: a node that took
+    the socket and never answered held startup (the first head read) or the wait for a window."""
+    chain = SubtensorChain(
+        dataclasses.replace(config, read_timeout_s=0.3), client=bt.Subtensor("local", substrate=fake)
+    )
+    answer = fake.connect
+    monkeypatch.setattr(fake, "connect", _never)
+    try:
+        with pytest.raises(TimeoutError):
+            chain.block()
+        with pytest.raises(TimeoutError):
+            chain.wait_for_block(101, timeout=0.2)
+        monkeypatch.setattr(fake, "connect", answer)  # the node answers again: the next call connects
+        assert chain.block() == 100
+        assert chain.wait_for_block(101, timeout=5.0) == 101
+    finally:
+        chain.close()

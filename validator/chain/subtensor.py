@@ -91,8 +91,11 @@ class SubtensorChain:
     def wait_for_block(self, block: int, timeout: float) -> int:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout}")
-        # The SDK raises asyncio.TimeoutError, which is the builtin TimeoutError on 3.11.
-        header = self._client.wait_for_block(block, timeout=timeout)
+        # The SDK bounds the wait itself (asyncio.TimeoutError, the builtin TimeoutError on 3.11);
+        # the outer bound covers a first connection the facade would open without one.
+        header = self._bounded(
+            lambda client: client.wait_for_block(block, timeout=timeout), timeout + self.config.read_timeout_s
+        )
         return int(header.number)
 
     def neurons(self) -> list[Neuron]:
@@ -155,9 +158,16 @@ class SubtensorChain:
     def _bounded(self, work: Callable[[Any], Awaitable[T]], timeout: float) -> T:
         """`work(the SDK's async client)` on the SDK's own loop, cancelled after `timeout` seconds
         (TimeoutError): the blocking facade waits on its loop without any bound."""
-        self._client.connect()
         runner = self._client._loop  # bittensor 11: the facade's loop thread, whose call() takes a timeout
-        return cast(T, runner.call(asyncio.wait_for(work(self._client._client), timeout)))
+        client = self._client._client
+        state = self._client._state  # the facade's "connected" flag: close() disconnects only if set
+        if not state["connected"]:
+            # The facade's own connect() is unbounded too, and it reads the chain (token symbols)
+            # after the handshake: a node that accepted the socket and never answered held the
+            # validator's startup for good. Raised, the next call connects afresh.
+            runner.call(asyncio.wait_for(client.connect(), timeout))
+            state["connected"] = True
+        return cast(T, runner.call(asyncio.wait_for(work(client), timeout)))
 
     def close(self) -> None:
         """Close the SDK client and its private event loop."""
