@@ -242,6 +242,9 @@ class FakeSubstrate:
         if self.fail_next is not None:
             name, self.fail_next = self.fail_next, None
             return ExtrinsicResult(success=False, message=name, error=ChainError(name, name))
+        if any(uid >= len(self.neurons) for uid in call.params.get("dests", [])):
+            name = "UidVecContainInvalidOne"  # the pallet refuses a set naming a uid it does not hold
+            return ExtrinsicResult(success=False, message=name, error=ChainError(name, name))
         self._apply(call, str(keypair.ss58_address))
         return ExtrinsicResult(
             success=True,

@@ -347,3 +347,11 @@ def test_a_first_connection_the_node_never_answers_raises(
         assert chain.wait_for_block(101, timeout=5.0) == 101
     finally:
         chain.close()
+
+
+def test_the_chain_refuses_a_set_naming_a_uid_it_does_not_hold(
+    chain: SubtensorChain, fake: FakeSubstrate
+) -> None:
+    """The pallet's rule, modelled by the fake: the SDK sends such a set (and pays its fee)."""
+    outcome = chain.set_weights({1: 0.5, 40: 0.5})
+    assert not outcome.ok and "UidVecContainInvalidOne" in outcome.message and fake.weights == {}

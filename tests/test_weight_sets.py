@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from scoring.ranking import PeerRating, RatingState
-from scoring.weights import RankWeights
+from scoring.weights import RankWeights, RankWeightsConfig
 from storage.records import WeightSetRecord
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.chain.protocol import WeightLimits
@@ -120,3 +120,25 @@ def test_a_burn_uid_the_chain_cannot_name_is_refused_at_start(uid: int) -> None:
 
     with pytest.raises(ValidationError, match="burn_uid"):
         Settings(burn_uid=uid)
+
+
+def test_a_burn_uid_the_subnet_does_not_hold_is_said_plainly_and_nothing_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain refuses a set naming a uid it does not hold (UidVecContainInvalidOne), every
+    window, and charges the failed extrinsic's fee; the set is recorded failed without sending."""
+    chain, records = _chain(tmp_path), []
+    weigher = Weigher(
+        chain,
+        RankWeights(RankWeightsConfig(burn_uid=9, burn_share=0.5)),
+        LeaderLock(None, "v"),
+        records.append,
+        WeightSchedule(1),
+        Metrics(),
+    )
+    sent: list[dict[int, float]] = []
+    monkeypatch.setattr(chain, "set_weights", sent.append)
+    failed = weigher.maybe_set(3, _state(3, ("a", 1)))
+    assert failed is not None and failed.outcome == "failed" and sent == []
+    assert failed.error is not None and "[9]" in failed.error and "burn_uid" in failed.error
+    assert weigher.schedule.retry_pending  # the subnet may grow to hold it: tried again next window

@@ -96,6 +96,13 @@ class Weigher:
         paid = weights_for(registered(ratings, neurons), window, self.policy, covered)
         own = next((n.uid for n in neurons if n.hotkey == self.chain.hotkey), None)
         weights = conformed(paid, own, [n.uid for n in neurons], limits)
+        stray = sorted(set(weights) - {n.uid for n in neurons})
+        if stray:  # only a configured burn uid can be: peers and pads are read from the metagraph
+            # The chain refuses a set naming a uid it does not hold, every window, and the last
+            # vector stays in force; said plainly, without sending a set bound to fail.
+            self.schedule.retry_pending = True
+            refused = f"uid {stray} not on the subnet ({len(neurons)} uids; burn_uid?): the chain refuses it"
+            return self._done(_record(window, None, weights, "failed", refused))
         if not weights:
             return self._done(
                 _record(window, None, {}, "skipped", "nobody is paid and the validator holds no uid")
