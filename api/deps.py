@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from api.cache import CommitTracker, DataVersion, ResponseCache, TimedMemo, WindowMemo
+from api.clients import client_key
 from api.events import EventBroker, StreamSlots
 from api.http import LIVE, dump, json_response
 from api.metrics import ApiMetrics
@@ -117,9 +118,9 @@ StateDep = Annotated[AppState, Depends(get_state)]
 
 
 def client_address(request: Request) -> str:
-    """The client's address: the socket peer, or what a trusted proxy forwarded (uvicorn's proxy
-    header middleware rewrites it only for `ApiConfig.trusted_proxies`)."""
-    return request.client.host if request.client else "unknown"
+    """The client's budget key (api/clients.py): the socket peer, or what a trusted proxy forwarded
+    (uvicorn's proxy header middleware rewrites it only for `ApiConfig.trusted_proxies`)."""
+    return client_key(request.client.host) if request.client else "unknown"
 
 
 async def _limit(limiter: RateLimiter, request: Request, state: AppState) -> None:

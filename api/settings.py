@@ -19,8 +19,9 @@ class ApiConfig:
 
     Abuse limits: at most `max_streams` open /v1/events streams, `max_streams_per_client` per client
     address, each closed after `stream_max_s` (browsers reconnect by themselves); the server accepts
-    `max_connections` concurrent connections (503 beyond) and closes one whose request headers are
-    not complete after `header_timeout_s`. `trusted_proxies` are the addresses whose
+    `max_connections` concurrent connections (503 beyond), at most `max_connections_per_client` from
+    one client (closed beyond; trusted proxies exempt), and closes one whose request (headers and
+    body) is not complete after `header_timeout_s`. `trusted_proxies` are the addresses whose
     X-Forwarded-For / X-Forwarded-Proto are believed (empty: none; the socket peer is the client).
     """
 
@@ -46,6 +47,7 @@ class ApiConfig:
     max_streams_per_client: int = 8
     stream_max_s: float = 3600.0
     max_connections: int = 512
+    max_connections_per_client: int = 64
     header_timeout_s: float = 10.0
     trusted_proxies: tuple[str, ...] = ()
     readiness_ttl_s: float = 1.0
@@ -73,6 +75,7 @@ class ApiConfig:
             "max_streams_per_client": self.max_streams_per_client,
             "stream_max_s": self.stream_max_s,
             "max_connections": self.max_connections,
+            "max_connections_per_client": self.max_connections_per_client,
             "header_timeout_s": self.header_timeout_s,
             "readiness_ttl_s": self.readiness_ttl_s,
         }

@@ -96,6 +96,47 @@ def test_a_request_whose_headers_never_finish_is_cut_off(pg_db: SeededDb) -> Non
         assert httpx.get(f"{server.base_url}/healthz").status_code == 200
 
 
+def test_a_request_whose_body_trickles_in_is_cut_off(pg_db: SeededDb) -> None:
+    """Headers announcing a body sent a byte at a time: every byte restarted uvicorn's keep-alive
+    timer and nothing bounded the body, so a handful of such sockets held connection slots for good
+    (the handler answers a GET without reading its body, so the request was never complete)."""
+    with (
+        run_server(config_for(pg_db.url, header_timeout_s=0.5)) as server,
+        _raw_sockets(server, 1) as (sock,),
+    ):
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n")
+        sock.settimeout(0.1)
+        started, received = time.monotonic(), b""
+        while time.monotonic() - started < 5:
+            try:
+                sock.sendall(b"y")
+                chunk = sock.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:  # reset by the server: closed
+                break
+            if not chunk:
+                break
+            received += chunk
+        assert time.monotonic() - started < 3, "the trickled request was never cut off"
+        assert received.startswith(b"HTTP/1.1 200")  # answered, then closed for the unfinished body
+
+
+def test_one_client_cannot_take_every_connection(pg_db: SeededDb) -> None:
+    with (
+        run_server(config_for(pg_db.url, max_connections_per_client=2)) as server,
+        _raw_sockets(server, 3) as socks,
+    ):
+        assert socks[2].recv(1024) == b""  # the third from this address is closed at once
+        assert socks[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") is None
+        assert socks[0].recv(1024).startswith(b"HTTP/1.1 200")
+    # a trusted proxy carries many clients' connections: it is not capped
+    config = config_for(pg_db.url, max_connections_per_client=2, trusted_proxies=("127.0.0.1",))
+    with run_server(config) as server, _raw_sockets(server, 3) as socks:
+        socks[2].sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert socks[2].recv(1024).startswith(b"HTTP/1.1 200")
+
+
 def test_connections_beyond_the_limit_are_refused(pg_db: SeededDb) -> None:
     with run_server(config_for(pg_db.url, max_connections=4)) as server:
         with _raw_sockets(server, 4):
