@@ -148,9 +148,12 @@ def test_redis_down_scoring_and_api_go_on(redis_runner: DemoRunner) -> None:
         got = events(until=("window_committed", 3), timeout_s=10.0)
     assert {e["type"] for e in got if e["window"] == 3} >= {
         "window_opened",
+        "peer_scored",
         "weights_set",
         "window_committed",
     }
+    scored = {e["hotkey"]: e["status"] for e in got if e["type"] == "peer_scored"}
+    assert scored == {p: "ok" for p in runner.network.behaviour_of()}  # one per peer, once committed
 
 
 def test_unreachable_stores_end_missing_within_deadline(tmp_path: Path) -> None:

@@ -154,6 +154,8 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
         header = _header(ctx, timings, salvaged=stages.salvaged)
         record = window_record(header, scored, digests, rnd.cfg.ranking.rating)
         rnd.ledger.commit(record)
+    for peer in scored.peers:  # committed: a client refreshing on the event reads the peer's row
+        rnd.events.publish("peer_scored", window, uid=peer.uid, hotkey=peer.hotkey, status=str(peer.status))
     with stages("aggregate"):
         coefficients = scored.selection.weights
         gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr, coefficients)
