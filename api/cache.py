@@ -70,6 +70,8 @@ class CommitTracker:
         self._refresh_s = refresh_s
         self._version = DataVersion(None, None)
         self._checked_at = float("-inf")
+        self._lock = asyncio.Lock()  # one read at a time: a database that never answers holds one
+        self.up: bool | None = None  # whether the last read succeeded (None: none finished yet)
 
     def note_event(self, event: dict[str, Any]) -> None:
         """Called for every relayed event: a commit moves the version on without a database read;
@@ -82,10 +84,24 @@ class CommitTracker:
             self._checked_at = float("-inf")  # re-read soon: the event may have outrun our snapshot
 
     async def version(self) -> DataVersion:
-        if time.monotonic() - self._checked_at >= self._refresh_s:
-            self._version = await run_in_threadpool(self._read_version)
-            self._checked_at = time.monotonic()
+        """The version, re-read when `refresh_s` old. A failed read raises to its caller and is not
+        retried before `refresh_s` either (the version as last seen stands): unremembered, every
+        request waited out the database's connect timeout (10 s) for a host that never answers."""
+        if self._stale():
+            async with self._lock:
+                if self._stale():  # not re-read by whoever held the lock before
+                    try:
+                        self._version = await run_in_threadpool(self._read_version)
+                        self.up = True
+                    except Exception:
+                        self.up = False
+                        raise
+                    finally:
+                        self._checked_at = time.monotonic()
         return self._version
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._checked_at >= self._refresh_s
 
     async def latest(self) -> int | None:
         """The newest committed window."""

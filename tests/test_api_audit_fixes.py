@@ -15,6 +15,7 @@ from storage.db import session_scope
 from storage.records import WeightSetRecord
 from storage.writer import record_weight_set
 from tests.api_fixtures import REDIS_URL, SeededDb, config_for, redis_namespace, run_server, seeded_database
+from tests.fault_fixtures import silent_server
 
 DEAD_DB = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"
 
@@ -87,6 +88,20 @@ def test_metrics_are_served_while_the_database_is_down(tmp_path: Path) -> None:
         up = httpx.get(f"{server.base_url}/metrics").text
     db.engine.dispose()
     assert "gauntlet_api_database_up 1.0" in up and "gauntlet_api_latest_committed_window 5.0" in up
+
+
+def test_metrics_do_not_wait_on_a_database_that_never_answers() -> None:
+    """A database host that takes connections and never answers (hung, or a partition) held every
+    scrape for psycopg's connect timeout, 10 s: a scraper's own timeout."""
+    with silent_server() as location:
+        port = int(location.rsplit(":", 1)[1].split("/", 1)[0])
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/nothing"
+        with run_server(config_for(url, rate_limit_per_minute=0, commit_refresh_s=0.1)) as server:
+            for _ in range(3):
+                started = time.monotonic()
+                scraped = httpx.get(f"{server.base_url}/metrics", timeout=30)
+                assert time.monotonic() - started < 3, "the scrape waited on the database"
+                assert scraped.status_code == 200 and "gauntlet_api_database_up 0.0" in scraped.text
 
 
 def test_a_uid_with_leading_zeros_names_no_peer(tmp_path: Path) -> None:
