@@ -114,6 +114,11 @@ class ResponseCache:
 
     LOCAL_ENTRIES = 512
     LOCAL_BYTES = 64 << 20  # a sybil crowd's window body is megabytes: 512 of them would be gigabytes
+    MAX_BODY = LOCAL_BYTES // 8  # one body never takes the cache for itself
+    # What this process writes to Redis per TTL at most (keys expire after one, so Redis holds about
+    # twice this per API process): each distinct query is a key, and one client filled Redis, which
+    # also holds the leader lock and the events, with megabyte bodies (300 MB per address per TTL)
+    SHARED_BYTES_PER_TTL = 128 << 20
 
     def __init__(self, gate: RedisGate, *, prefix: str, ttl_s: float, metrics: ApiMetrics) -> None:
         self._gate = gate
@@ -122,6 +127,7 @@ class ResponseCache:
         self._metrics = metrics
         self._local: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self._local_bytes = 0
+        self._slot, self._written = -1, 0  # bytes written to Redis in the current TTL slot
 
     def key(self, version: DataVersion, name: str) -> str:
         return f"{self._prefix}c:{version.key()}:{name}"
@@ -135,11 +141,24 @@ class ResponseCache:
             return cached
         self._metrics.cache.labels("miss").inc()
         body = await run_in_threadpool(build)
-        if self._gate.up:
-            await self._gate.call(lambda r: r.set(key, body, px=max(1, int(self._ttl_s * 1000))))
-        else:
+        if len(body) > self.MAX_BODY:
+            return body
+        if not self._gate.up:
             self._put_local(key, body)
+        elif self._shared_budget(len(body)):
+            await self._gate.call(lambda r: r.set(key, body, px=max(1, int(self._ttl_s * 1000))))
         return body
+
+    def _shared_budget(self, size: int) -> bool:
+        """Whether `size` more bytes fit this TTL's budget of writes to Redis (counted if so)."""
+        slot = int(time.monotonic() // self._ttl_s)
+        if slot != self._slot:
+            self._slot, self._written = slot, 0
+        if self._written + size > self.SHARED_BYTES_PER_TTL:
+            self._metrics.cache.labels("not_stored").inc()
+            return False
+        self._written += size
+        return True
 
     def _get_local(self, key: str) -> bytes | None:
         entry = self._local.get(key)
@@ -149,8 +168,6 @@ class ResponseCache:
 
     def _put_local(self, key: str, body: bytes) -> None:
         # Runs on the event loop only, so no lock is needed.
-        if len(body) > self.LOCAL_BYTES // 8:  # one body never takes the cache for itself
-            return
         old = self._local.pop(key, None)
         self._local_bytes += len(body) - (0 if old is None else len(old[1]))
         self._local[key] = (time.monotonic() + self._ttl_s, body)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from api.cache import WindowMemo
 from storage.records import WindowSummary
 from tests.storage_fixtures import make_window
@@ -58,3 +60,33 @@ def test_the_local_response_cache_is_bounded_by_bytes() -> None:
     huge = b"y" * (ResponseCache.LOCAL_BYTES // 4)
     asyncio.run(cache.fetch("huge", lambda: huge))
     assert cache._get_local("huge") is None and cache._get_local("k39") is not None
+
+
+def test_what_the_api_writes_to_redis_is_bounded_per_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each distinct query is a key: a client walking `limit` from 10000 down filled Redis (which also
+    holds the leader lock and the events) with a megabyte body per request, 300 MB per TTL."""
+    import asyncio
+
+    import redis as sync_redis
+
+    from api.cache import ResponseCache
+    from api.metrics import ApiMetrics
+    from api.redis_gate import RedisGate
+    from tests.api_fixtures import REDIS_URL, redis_namespace
+
+    monkeypatch.setattr(ResponseCache, "SHARED_BYTES_PER_TTL", 1_000_000)
+    body = b"z" * 300_000
+    with redis_namespace() as prefix:
+        gate = RedisGate(REDIS_URL, timeout_s=1.0, retry_s=1)
+        cache = ResponseCache(gate, prefix=prefix, ttl_s=60, metrics=ApiMetrics())
+
+        async def fill() -> list[bytes]:
+            served = [await cache.fetch(f"{prefix}k{i}", lambda: body) for i in range(10)]
+            await gate.close()
+            return served
+
+        assert asyncio.run(fill()) == [body] * 10  # every request is still answered
+        client = sync_redis.Redis.from_url(REDIS_URL)
+        stored = sum(len(client.get(k) or b"") for k in client.scan_iter(match=f"{prefix}*"))
+        client.close()
+    assert stored == 900_000  # three bodies fit the budget; the rest are served unstored
