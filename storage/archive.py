@@ -70,7 +70,12 @@ class LocalBlobStore:
                         shutil.copyfileobj(source, f, 8 << 20)  # a submission is never whole in memory
                 else:
                     f.write(data)
+                # durable before the database row that names it commits (that one is fsynced): a
+                # power loss otherwise left a row naming a short or empty checkpoint
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp, path)
+            _sync_folder(path.parent)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -136,6 +141,15 @@ class ObjectBlobStore:
         for batch in obs.list(self.store, prefix=_check_key(prefix.rstrip("/"))):
             for meta in batch:
                 yield Listed(meta["path"], meta["last_modified"].timestamp())
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable (POSIX: the directory entry is the folder's data)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class ArchiveCorruptError(ValueError):

@@ -91,9 +91,12 @@ def _step(session: Session, window: m.Window) -> AggregateStep:
     return AggregateStep(window.window, window.base_fingerprint, digests, archived, reference, weights)
 
 
-def rebuild_plan(*, session: Session, window: int) -> RebuildPlan:
-    """What to load and apply to rebuild the base of `window`; LookupError if something is missing."""
-    checkpoint = nearest_checkpoint(session=session, window=window)
+def rebuild_plan(*, session: Session, window: int, below: int | None = None) -> RebuildPlan:
+    """What to load and apply to rebuild the base of `window`; LookupError if something is missing.
+    `below`: from a checkpoint older than that window's (a newer one could not be read)."""
+    checkpoint = nearest_checkpoint(
+        session=session, window=window if below is None else min(window, below - 1)
+    )
     if checkpoint is None:
         raise LookupError(f"no checkpoint at or before window {window}")
     rows = session.scalars(

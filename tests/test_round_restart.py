@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from tests.fault_fixtures import FIRST, REFERENCE_WINDOWS, comparable, gauntlet_env, make_runner, records
 from validator.demo.runner import DemoRunner
 
@@ -55,3 +57,30 @@ def test_crashes_between_stages_then_restart(fault_reference: DemoRunner, tmp_pa
     ours, theirs = runner.state.model, fault_reference.state.model
     assert ours.window == theirs.window == REFERENCE_WINDOWS[-1] + 1
     assert ours.base == theirs.base
+
+
+def test_a_torn_newest_checkpoint_is_rebuilt_from_an_older_one(
+    fault_reference: DemoRunner, tmp_path: Path
+) -> None:
+    """A power loss can leave the newest checkpoint's row naming a short file: every restart failed
+    on it (ArchiveCorruptError), though an older checkpoint and the archived aggregates since
+    rebuild the same model."""
+    from sqlalchemy import text
+
+    with gauntlet_env():
+        runner = make_runner(tmp_path / "demo")
+    for window in REFERENCE_WINDOWS:
+        runner.publish(window)
+        runner.validate(window)
+    with runner.round.ledger.engine.connect() as db:
+        newest, key = db.execute(text('SELECT "window", key FROM checkpoints ORDER BY "window" DESC')).first()
+    torn = tmp_path / "demo" / "blobs" / key
+    torn.write_bytes(torn.read_bytes()[:1000])
+    runner.round.ledger.engine.dispose()
+    runner.round, runner.state = runner.connect()  # raised ArchiveCorruptError before
+    runner.round.ledger.engine.dispose()
+    assert newest == REFERENCE_WINDOWS[-1] + 1
+    assert runner.state.model.window == newest and runner.state.model.base == fault_reference.state.model.base
+    ours = dict(runner.state.model.model.named_parameters())
+    for name, theirs in fault_reference.state.model.model.named_parameters():
+        assert torch.equal(ours[name], theirs), name  # the same weights, rebuilt from window 4's checkpoint

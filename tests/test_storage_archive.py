@@ -7,6 +7,8 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from sqlalchemy import Engine, select
@@ -33,6 +35,7 @@ from storage.writer import commit_window
 from tests.storage_fixtures import (
     make_window,
 )
+from validator.state.global_model import GlobalModel
 from validator.state.ledger import Ledger
 
 
@@ -218,13 +221,55 @@ def test_a_prune_keeps_what_the_oldest_replayable_window_reads(engine: Engine, t
             record = _window_with_blobs(w, [digest])
             sketch = SketchRecord(record.submissions[0].hotkey, 7, bytes(128))
             commit_window(session=s, record=dataclasses.replace(record, sketches=[sketch]))
+        for w in (3, 6, 9, 12):
+            save_checkpoint(session=s, store=blobs, window=w, data=f"model@{w}".encode())
     ledger.prune(12, sketch_windows=4, earlier_windows=2)
-    # window 6, the oldest replayable: its model from the checkpoint at 3 and the aggregates of 3-5,
-    # the recycling check's 4-5, the persistence check's sketches of 2-5
-    assert [w for w, d in digests.items() if archive.exists(d)] == list(range(3, 13))
+    # window 6, the oldest replayable: its model is the checkpoint at 6 (the start of window 6); the
+    # recycling check reads the aggregates of 4-5, the persistence check the sketches of 2-5
+    assert [w for w, d in digests.items() if archive.exists(d)] == list(range(4, 13))
     with session_scope(engine) as s:
         kept = sorted(set(s.scalars(select(ResidualSketch.window))))
     assert kept == list(range(2, 13))
+
+
+def test_a_missed_checkpoint_keeps_the_aggregates_rebuilding_reads(engine: Engine, tmp_path: Path) -> None:
+    """A checkpoint missed (a crash between a window's commit and its checkpoint): the prune assumed
+    one every `checkpoint_every` windows and deleted the aggregates the oldest replayable window, and
+    a restart, rebuild from; window 7 then failed to replay (KeyError on an archive key)."""
+    blobs = LocalBlobStore(tmp_path)
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=5))
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=3, clock=lambda: 0.0)
+    digests = {w: archive.put(f"window {w}".encode()) for w in range(1, 13)}
+    with session_scope(engine) as s:
+        for w, digest in digests.items():
+            commit_window(session=s, record=_window_with_blobs(w, [digest]))
+        for w in (3, 9, 12):  # 6 was missed
+            save_checkpoint(session=s, store=blobs, window=w, data=f"model@{w}".encode())
+    ledger.prune(12, earlier_windows=2)
+    # window 7, the oldest replayable: rebuilt from the checkpoint at 3 and the aggregates of 3-6
+    assert [w for w, d in digests.items() if archive.exists(d)] == list(range(3, 13))
+
+
+def at(window: int) -> GlobalModel:
+    return cast(GlobalModel, SimpleNamespace(window=window))
+
+
+def test_a_missed_checkpoint_is_written_at_the_next_window(engine: Engine, tmp_path: Path) -> None:
+    blobs = LocalBlobStore(tmp_path)
+    ledger = Ledger(engine, blobs, SubmissionArchive(blobs), checkpoint_every=3, clock=lambda: 0.0)
+    written: list[int] = []
+
+    def checkpoint(gm: GlobalModel) -> None:  # the row and blob, without a model to serialize
+        written.append(gm.window)
+        with session_scope(engine) as s:
+            save_checkpoint(session=s, store=blobs, window=gm.window, data=f"model@{gm.window}".encode())
+
+    ledger.checkpoint = checkpoint  # type: ignore[method-assign]
+    checkpoint(at(3))
+
+    for window in (4, 5, 7, 8, 9, 10):  # the model at the start of each; 6's checkpoint never came
+        ledger.maybe_checkpoint(at(window))
+    assert written == [3, 7, 9]  # 7: three behind the newest (3); 9 on the grid again
 
 
 def test_checkpoints_and_rebuild_plan(engine: Engine, tmp_path: Path) -> None:

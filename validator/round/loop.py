@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import structlog
+
 from scoring.data import Dataset
 from scoring.earnings import paid
 from scoring.lazy_update import judge_submission
@@ -54,6 +56,7 @@ from validator.workers.stats import summary
 if TYPE_CHECKING:  # the workers import the round's evaluation config
     from validator.workers.remote import RemoteEvaluation
 
+log = structlog.get_logger(__name__)
 LATELY = 3  # windows back that an aggregated peer is fetched ahead of the others
 
 
@@ -159,7 +162,7 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
     with stages("aggregate"):
         coefficients = scored.selection.weights
         gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr, coefficients)
-        rnd.ledger.maybe_checkpoint(gm)
+        _checkpoint(rnd, gm)
         horizon, earlier = rnd.cfg.ranking.persistence.horizon, rnd.cfg.check.recycled_windows
         rnd.ledger.prune(window, sketch_windows=horizon, earlier_windows=earlier)
     with stages("publish"):
@@ -174,6 +177,16 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
     rnd.events.publish("window_committed", window, selected=list(scored.selection.gather), base=gm.base)
     after = WindowState(gm, scored.ratings, _rate_estimate(state.seconds_per_eval, scored.eval_seconds))
     return WindowReport(window, scored.peers, scored.selection, scored.heldout_loss, stages.seconds, after)
+
+
+def _checkpoint(rnd: Round, gm: GlobalModel) -> None:
+    """The window's checkpoint when due. The window is committed and the step taken: a store that
+    refuses the write (a full disk) must not skip its publication and weights. The next window
+    writes the checkpoint instead, and pruning keeps what the checkpoints written still need."""
+    try:
+        rnd.ledger.maybe_checkpoint(gm)
+    except Exception:  # the blob store is an external system: logged, retried next window
+        log.exception("checkpoint_failed", window=gm.window)
 
 
 def _aggregated_lately(ratings: RatingState, window: int) -> frozenset[str]:

@@ -21,8 +21,14 @@ from scoring.model import LlamaModel
 from scoring.ranking import PeerRating, RatingState
 from scoring.wire import CodecConfig
 from storage import queries
-from storage.archive import BlobStore, SubmissionArchive
-from storage.checkpoints import load_checkpoint, nearest_checkpoint, rebuild_plan, save_checkpoint
+from storage.archive import ArchiveCorruptError, BlobStore, SubmissionArchive
+from storage.checkpoints import (
+    RebuildPlan,
+    load_checkpoint,
+    nearest_checkpoint,
+    rebuild_plan,
+    save_checkpoint,
+)
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.records import NOT_LEADER, RatingRecord, WeightSetRecord, WindowRecord
 from storage.sketch_rows import SketchRecord
@@ -141,9 +147,15 @@ class Ledger:
             return 0  # the default: no database round trip every window for nothing
         oldest = window - keep  # the oldest window that stays replayable
         self._tx(lambda s: prune_sketches(session=s, before=oldest - sketch_windows))
-        # the archive's own retention counts back from this: aggregates since the oldest's checkpoint
-        blobs_from = window - max(earlier_windows, self.checkpoint_every)
-        deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=blobs_from))
+        # Aggregates since the checkpoint the oldest is rebuilt from, read from the checkpoints as they
+        # are: one every `checkpoint_every` windows was assumed, and after a missed one the blobs the
+        # oldest replayable window (and a restart) rebuild from were deleted
+        base = self._tx(lambda s: nearest_checkpoint(session=s, window=oldest))
+        deleted = 0
+        if base is not None:  # none that old: every aggregate since the first checkpoint is needed
+            needed_from = min(base.window, oldest - earlier_windows)
+            # the archive's own retention counts back from the window it is given
+            deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=needed_from + keep))
         now = self.clock()
         if self._next_orphan_sweep is None or now >= self._next_orphan_sweep:
             orphans = self._tx(lambda s: self.archive.prune_orphans(session=s))
@@ -166,7 +178,15 @@ class Ledger:
         return self._tx(lambda s: queries.window_sketch_seed(session=s, window=window))
 
     def maybe_checkpoint(self, gm: GlobalModel) -> None:
-        if gm.window % self.checkpoint_every == 0:
+        """A checkpoint every `checkpoint_every` windows, and whenever the newest is that many behind:
+        one missed (a crash between a window's commit and its checkpoint, a store that refused the
+        write) was otherwise never written, and rebuilding reached ever further back."""
+        last = self._tx(lambda s: nearest_checkpoint(session=s, window=gm.window))
+        if (
+            gm.window % self.checkpoint_every == 0
+            or last is None
+            or gm.window - last.window >= self.checkpoint_every
+        ):
             self.checkpoint(gm)
 
     def ratings_after(self, window: int | None) -> RatingState:
@@ -205,13 +225,25 @@ class Ledger:
             return next_base(before.base_fingerprint, before.aggregate_digests)
         return checkpoint_fingerprint(dict(model.named_parameters()))  # the very first checkpoint
 
+    def _older_plan(self, window: int, below: int) -> RebuildPlan:
+        return self._tx(lambda s: rebuild_plan(session=s, window=window, below=below))
+
     def _archived(self, digests: Sequence[str | None]) -> Iterator[bytes]:
         return (self.archive.get(d) for d in digests if d is not None)
 
     def model_at(self, model: LlamaModel, window: int, *, outer_lr: float, codec: CodecConfig) -> GlobalModel:
         """Load into `model` the global model at the start of `window` (checkpoint + aggregates)."""
         plan = self._tx(lambda s: rebuild_plan(session=s, window=window))
-        load_model_bytes(model, load_checkpoint(store=self.blobs, record=plan.checkpoint))
+        while True:  # LookupError once no older checkpoint is left, or its aggregates are pruned
+            try:
+                data = load_checkpoint(store=self.blobs, record=plan.checkpoint)
+                break
+            except (ArchiveCorruptError, KeyError) as error:
+                # torn or lost (a power loss, a disk fault): every restart failed on it, though an
+                # older checkpoint and the archived aggregates since rebuild the same model
+                log.warning("checkpoint_unreadable", window=plan.checkpoint.window, error=str(error))
+                plan = self._older_plan(window, plan.checkpoint.window)
+        load_model_bytes(model, data)
         gm = GlobalModel(
             model, self._base_at_checkpoint(plan.checkpoint.window, model), plan.checkpoint.window
         )
