@@ -16,6 +16,7 @@ import pytest
 
 from tests.api_fixtures import free_port
 from tests.cli_fixtures import DEMO_ARGS, GAUNTLET, DemoRun, assert_one_line, call, gauntlet
+from validator.state.workdir_lock import held_workdir
 
 
 @pytest.fixture
@@ -132,6 +133,25 @@ def test_run_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:
     assert start["device"] == "cpu" or start["device"].startswith("cuda")  # resolved, not "auto"
     assert start["hotkey"] and len(start["model"]) == 64 and start["database"].endswith("gauntlet.db")
     assert start["store"] == str(work / "blobs") and start["version"]
+
+
+def test_a_second_run_on_one_work_folder_is_refused(demo_dir: Path, tmp_path: Path) -> None:
+    """Two runs on one folder shared its checkpoints and spool and, with the host and folder as the
+    leader lock's token, both set weights; the second now stops with one line, and a lock held by a
+    process that ended (any way) is gone with it."""
+    work = tmp_path / "shared"
+    shutil.copytree(demo_dir, work)
+    env = {
+        "GAUNTLET_CONFIG": str(work / "gauntlet.toml"),
+        "GAUNTLET_WORKDIR": str(work),
+        "GAUNTLET_DATABASE_URL": f"sqlite:///{work / 'gauntlet.db'}",
+        "GAUNTLET_REDIS_URL": "",
+    }
+    with held_workdir(work):  # the first validator
+        refused = gauntlet(["run", "--windows", "0"], tmp_path, **env)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: another gauntlet run holds")
+    assert gauntlet(["run", "--windows", "0"], tmp_path, **env).returncode == 0  # released
 
 
 def test_api_logs_a_startup_line(demo_dir: Path, tmp_path: Path) -> None:

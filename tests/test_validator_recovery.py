@@ -57,6 +57,11 @@ def test_a_window_committed_differently_elsewhere_is_refused(tmp_path: Path) -> 
     ledger.commit(record)  # the same record again (a lost acknowledgement): fine
     with pytest.raises(CommittedElsewhere):
         ledger.commit(dataclasses.replace(record, aggregate_digests=["f" * 64]))
+    # the same aggregate, rated otherwise: a second process that saw one peer differently carried its
+    # own ratings on, never stored, and derived the next windows' ratings from them
+    other = dataclasses.replace(record.ratings[0], mu=record.ratings[0].mu + 1.0)
+    with pytest.raises(CommittedElsewhere, match="ratings"):
+        ledger.commit(dataclasses.replace(record, ratings=[other, *record.ratings[1:]]))
 
 
 def _crashing_once(tmp_path: Path, stage: str) -> tuple[DemoRunner, list[int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +31,7 @@ from validator.cli.common import (
 from validator.round.loop import Round, WindowState
 from validator.service import install_sigterm, serve
 from validator.settings import Settings
+from validator.state.workdir_lock import WorkdirBusy, held_workdir
 from validator.telemetry.logs import configure_logging
 from validator.telemetry.metrics import Metrics
 from validator.wiring import ChainLink, build_round, chain_for, load_model
@@ -142,6 +144,15 @@ def run(
     """Run the validator beside a subnet (GAUNTLET_CHAIN=subtensor) or a local chain."""
     s = load_settings()
     configure_logging()
+    with ExitStack() as held:
+        try:  # released when the run returns, or by the kernel however the process ends
+            held.enter_context(held_workdir(Path(s.workdir)))
+        except WorkdirBusy as e:
+            fail(f"{e}: one validator per work folder (stop the other, or give this one its own)")
+        _run(s, windows)
+
+
+def _run(s: Settings, windows: int | None) -> None:
     dataset = open_dataset(s)
     check_model_path(s)
     link, head = connect_chain(s)

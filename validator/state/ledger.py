@@ -86,6 +86,11 @@ class Ledger:
                 tuple(stored.aggregate_weights),
             ):
                 raise CommittedElsewhere(f"window {record.window} was committed with another aggregate")
+            if _by_hotkey(stored.ratings) != _by_hotkey(record.ratings):
+                # the same aggregate from a process that saw a peer differently (a second process on
+                # this database): carried on, its ratings were never stored, and the next windows
+                # were derived from them; raised, the round rebuilds from the stored ones
+                raise CommittedElsewhere(f"window {record.window} was committed with other ratings")
         return outcome
 
     def seen_before(self, digests: list[str], window: int) -> set[str]:
@@ -234,15 +239,21 @@ class Ledger:
     def model_at(self, model: LlamaModel, window: int, *, outer_lr: float, codec: CodecConfig) -> GlobalModel:
         """Load into `model` the global model at the start of `window` (checkpoint + aggregates)."""
         plan = self._tx(lambda s: rebuild_plan(session=s, window=window))
-        while True:  # LookupError once no older checkpoint is left, or its aggregates are pruned
+        unreadable: list[int] = []
+        while True:
             try:
                 data = load_checkpoint(store=self.blobs, record=plan.checkpoint)
                 break
             except (ArchiveCorruptError, KeyError) as error:
                 # torn or lost (a power loss, a disk fault): every restart failed on it, though an
                 # older checkpoint and the archived aggregates since rebuild the same model
-                log.warning("checkpoint_unreadable", window=plan.checkpoint.window, error=str(error))
-                plan = self._older_plan(window, plan.checkpoint.window)
+                unreadable.append(plan.checkpoint.window)
+                try:
+                    plan = self._older_plan(window, plan.checkpoint.window)
+                except LookupError:  # none older (or its aggregates are pruned): this one is the news
+                    raise error from None
+        if unreadable:
+            log.warning("checkpoints_unreadable", windows=unreadable, rebuilt_from=plan.checkpoint.window)
         load_model_bytes(model, data)
         gm = GlobalModel(
             model, self._base_at_checkpoint(plan.checkpoint.window, model), plan.checkpoint.window
@@ -262,3 +273,7 @@ class Ledger:
         )
         replay_aggregates(gm, steps, outer_lr=outer_lr, codec=codec, scratch=self.scratch)
         return gm
+
+
+def _by_hotkey(ratings: Sequence[RatingRecord]) -> dict[str, RatingRecord]:
+    return {r.hotkey: r for r in ratings}
