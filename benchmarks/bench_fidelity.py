@@ -87,6 +87,7 @@ VARIANTS = {
     "poison_strong": f"{HONEST},poison_strong:1",
     "lapsed": f"{HONEST},lapsed:1",
     "lazy_crowd": f"{HONEST},lazy:6",
+    "echo": f"{HONEST},echo:1",  # proven, then the mean of the others' updates (scoring/echo.py)
 }
 TARGETS = {
     "coverage": 1.0,

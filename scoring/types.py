@@ -44,6 +44,7 @@ class Reason:
     DUPLICATE_PAYLOAD: Final = "duplicate_payload"
     RECYCLED: Final = "recycled"  # an earlier window's update under a new digest (scoring/recycling.py)
     COPY: Final = "copy"
+    ECHO: Final = "echo"  # mostly the mean of the window's other updates (scoring/echo.py)
     LATE: Final = "late"
     EARLY: Final = "early"
     MISSING: Final = "missing"

@@ -1,4 +1,4 @@
-"""The integrity checks' settings (DESIGN.md §5): copies, norms, the clip reference, recycling."""
+"""The integrity checks' settings (DESIGN.md §5): copies, norms, the clip reference, recycling, echoes."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ class CheckConfig:
     zero_norm: float = 1e-12
     # updates of this many earlier windows that a submission must not repeat (scoring/recycling.py)
     recycled_windows: int = 2
+    # an update whose own share beyond the others' consensus is under this × the proven peers'
+    # median is an echo of the window (scoring/echo.py); 0 turns the check off
+    echo_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         if self.norm_outlier_factor <= 1.0:
@@ -37,3 +40,5 @@ class CheckConfig:
             raise ValueError("zero_norm must be in [0, 1e-3)")
         if self.recycled_windows < 0:
             raise ValueError("recycled_windows must be >= 0")
+        if not 0.0 <= self.echo_ratio < 1.0:
+            raise ValueError("echo_ratio must be in [0, 1)")

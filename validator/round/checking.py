@@ -11,7 +11,9 @@ from types import TracebackType
 
 import structlog
 
+from scoring.copy_config import CopyTier
 from scoring.decoder import Expected
+from scoring.echo import find_echoes
 from scoring.lazy_update import judge_submission
 from scoring.ranking import Status
 from scoring.types import DecodeResult, ParamSpec, Reason, SparseUpdate, Verdict
@@ -112,6 +114,21 @@ def decode_all(peers: Sequence[PeerWindow], judge: Judge) -> list[PeerWindow]:
         else:
             out.append(replace(fetched, update=result.update))
     return out
+
+
+def reject_echoes(
+    peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int, proven: Collection[str]
+) -> list[PeerWindow]:
+    """Each valid peer whose update is mostly the window's consensus becomes invalid (`echo`), with
+    the first copy tier: the mean of the others' work, sent as its own (scoring/echo.py)."""
+    updates = {p.hotkey: p.update.params for p in peers if p.valid and p.update is not None}
+    echoes = find_echoes(updates, proven, cfg.uniqueness, cfg.echo_ratio, seed)
+    return [
+        replace(p.reject(Reason.ECHO, echoes[p.hotkey].detail), copy_tier=CopyTier.HALVE)
+        if p.hotkey in echoes
+        else p
+        for p in peers
+    ]
 
 
 def reject_copies(

@@ -1,6 +1,6 @@
 """One window scored from its inputs: the live round and replay both run exactly this.
 
-decode → replays → empty updates and outliers → copies → recycled work → clip reference → residual
+decode → replays → empty updates and outliers → copies → recycled work → echoes → clip reference → residual
 sketches (validator/round/drift.py) → held-out → evaluate → rate → select. The live round decodes
 while it downloads, so its peers arrive judged and the decode step finds nothing left to do; replay
 hands in the archived bytes and decodes them here.
@@ -20,7 +20,7 @@ from scoring.recycling import EarlierRows
 from scoring.selection import Selection
 from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck
-from validator.round.checking import Judge, Standing, check_window
+from validator.round.checking import Judge, Standing, check_window, reject_echoes
 from validator.round.config import RoundConfig
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
@@ -118,6 +118,7 @@ def _check(
     checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, standing)
     # another sample of chunks than the copy check's: seed + 1
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
+    checked = reject_echoes(checked, cfg.check, seed=ctx.seed.number + 2, proven=standing.proven)
     return checked, copies, clip_reference(checked, cfg.check, standing.proven)
 
 

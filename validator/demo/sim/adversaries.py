@@ -203,11 +203,31 @@ class Lapsed:
         return Submission(ctx.encode(ctx.train(pages)), HONEST_DELAY_S)
 
 
+@dataclass(frozen=True)
+class ConsensusEcho:
+    """Trains honestly until its training is proven (three windows), then sends the mean of the
+    updates the others published this window, re-compressed as its own (scoring/echo.py): the
+    window's consensus, which no pairwise copy check sees. At the honest peers' upload time."""
+
+    name: str = "echo"
+    order: int = 1  # after the peers it averages
+    honest_windows: int = 3
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        done = int(ctx.memory.get("windows", 0))
+        ctx.memory["windows"] = done + 1
+        others = decoded_others(ctx) if done >= self.honest_windows else []
+        if not others:
+            return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
+        mean = {n: torch.stack([o[n] for o in others]).mean(0) for n in others[0]}
+        return Submission(ctx.encode(mean, feedback=False), HONEST_DELAY_S)
+
+
 # twice poison's share, in a direction of its own: under the norm band (poison at half the norm is
 # kept out by `max_inflation`), with more of it persisting across windows (docs/fidelity-log.md)
 POISON_STRONG = Poison(name="poison_strong", weight=0.2, seed=778)
 
 ADVERSARIES = (
     NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
-    POISON_STRONG, Lapsed(),
+    POISON_STRONG, Lapsed(), ConsensusEcho(),
 )  # fmt: skip
