@@ -23,8 +23,8 @@ from api.schemas import (
     UidSpan,
 )
 from api.window_views import below, evaluation_out, load_window, public, rating_out
-from storage.peer_reads import PeerRows, peer_rows
-from storage.queries import leaderboard, list_windows, peer_history, peer_summary
+from storage.peer_reads import PeerRows, peer_rows, peer_windows
+from storage.queries import leaderboard, peer_history, peer_summary
 from storage.records import LeaderboardEntry, PeerSummary
 
 PeerSort = Literal[
@@ -163,9 +163,10 @@ def _peer_window(window: int, state: str, part: PeerRows) -> PeerWindow:
 
 def peer_detail(session: Session, summary: PeerSummary, *, n_windows: int) -> PeerDetail:
     ranks = {e.hotkey: e.rank for e in leaderboard(session=session)}
-    headers = list_windows(session=session, limit=n_windows, before=below(summary.last_window))
-    parts = peer_rows(session=session, hotkey=summary.hotkey, windows=[h.window for h in headers])
-    windows = [_peer_window(h.window, h.state, parts[h.window]) for h in headers if h.window in parts]
+    hk = summary.hotkey
+    own = peer_windows(session=session, hotkey=hk, limit=n_windows, before=below(summary.last_window))
+    parts = peer_rows(session=session, hotkey=hk, windows=[w for w, _ in own])
+    windows = [_peer_window(w, state, parts[w]) for w, state in own if w in parts]
     return PeerDetail(
         hotkey=summary.hotkey,
         uid=summary.uid,

@@ -11,12 +11,30 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, union
 from sqlalchemy.orm import Session
 
 from storage import models as m
 from storage.queries import fields_of, rating_of, submission_of
 from storage.records import EvaluationRecord, PenaltyRecord, RatingRecord, SelectionRecord, SubmissionRecord
+
+
+def peer_windows(
+    *, session: Session, hotkey: str, limit: int, before: int | None = None
+) -> list[tuple[int, str]]:
+    """(window, state) of the peer's own newest `limit` windows below `before`, newest first.
+
+    The peer's windows, not the newest windows overall: a peer that left the subnet for a while
+    (deregistered, then registered again) has gaps, and its detail still shows `limit` of its
+    windows.
+    """
+    tables = (m.Submission, m.RatingHistory, m.Penalty)
+    own = union(*(select(t.window).where(t.hotkey == hotkey) for t in tables)).subquery()
+    stmt = select(m.Window.window, m.Window.state).where(m.Window.window.in_(select(own.c.window)))
+    if before is not None:
+        stmt = stmt.where(m.Window.window < before)
+    rows = session.execute(stmt.order_by(m.Window.window.desc()).limit(limit))
+    return [(w, state) for w, state in rows]
 
 
 def peer_rows(*, session: Session, hotkey: str, windows: Collection[int]) -> dict[int, PeerRows]:

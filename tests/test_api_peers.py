@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 from sqlalchemy import event
 
 from api.peer_views import peer_detail, resolve_peer
-from storage.db import session_scope
+from storage.db import make_engine, session_scope
+from storage.migrate import upgrade
+from storage.records import WindowRecord
+from storage.writer import commit_window
 from tests.api_fixtures import (
     N_PEERS,
     N_WINDOWS,
@@ -15,7 +20,9 @@ from tests.api_fixtures import (
     config_for,
     hotkey,
     run_server,
+    window_record,
 )
+from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 
 
 def test_ranking_lists_every_peer_best_first(client: httpx.Client) -> None:
@@ -170,3 +177,39 @@ def test_peers_carry_and_filter_by_behaviour_where_known(pg_db: SeededDb) -> Non
         honest = httpx.get(f"{server.base_url}/v1/peers", params={"label": "honest"}).json()["peers"]
     assert [p["label"] for p in every] == ["honest", None, None, None, None, "malformed"]
     assert [p["uid"] for p in honest] == [0]
+
+
+def test_peer_detail_counts_the_peers_own_windows_across_a_gap() -> None:
+    """A peer that left the subnet for windows 4-6 and came back: `windows=4` is its own four
+    newest (8, 7, 3, 2), not the newest four windows overall, of which it was in two."""
+    gone = hotkey(2)
+    name = create_pg_database()
+    url = PG_URL.format(name=name)
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        for w in range(1, 9):
+            record = window_record(w)
+            if 4 <= w <= 6:
+                record = without(record, gone)
+            with session_scope(engine) as s:
+                commit_window(session=s, record=record)
+        with session_scope(engine) as s:
+            detail = peer_detail(s, resolve_peer(s, gone), n_windows=4)
+        assert [w.window for w in detail.windows] == [8, 7, 3, 2]
+        assert all(w.status == "ok" and w.rating is not None for w in detail.windows)
+    finally:
+        engine.dispose()
+        drop_pg_database(name)
+
+
+def without(record: WindowRecord, gone: str) -> WindowRecord:
+    return replace(
+        record,
+        submissions=[r for r in record.submissions if r.hotkey != gone],
+        evaluations=[r for r in record.evaluations if r.hotkey != gone],
+        ratings=[r for r in record.ratings if r.hotkey != gone],
+        penalties=[r for r in record.penalties if r.hotkey != gone],
+        selections=[r for r in record.selections if r.hotkey != gone],
+        copy_pairs=[p for p in record.copy_pairs if gone not in (p.hotkey_a, p.hotkey_b)],
+    )
