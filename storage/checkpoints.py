@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from storage import models as m
@@ -75,6 +75,24 @@ def nearest_checkpoint(*, session: Session, window: int) -> CheckpointRecord | N
     stmt = select(m.Checkpoint).where(m.Checkpoint.window <= window).order_by(m.Checkpoint.window.desc())
     row = session.scalars(stmt.limit(1)).first()
     return None if row is None else _record(row)
+
+
+def drop_checkpoints(*, session: Session, before: int) -> list[str]:
+    """Delete the rows of checkpoints older than window `before`; returns their blob keys, which
+    the caller deletes once this transaction has committed (a row must never name a deleted blob:
+    restoring would fail on it, where a blob without a row is only an orphan the sweep finds)."""
+    stmt = delete(m.Checkpoint).where(m.Checkpoint.window < before).returning(m.Checkpoint.key)
+    return sorted(session.scalars(stmt))
+
+
+def unreferenced_checkpoints(*, session: Session, store: BlobStore, older_than: float) -> list[str]:
+    """Checkpoint blobs no row names, last written before `older_than` (wall clock): a second save
+    for an already checkpointed window (the row keeps the first), a crash between the write and
+    the commit, or a prune whose deletes did not all happen. There is one row per checkpoint, a
+    few per retention, so the names are read at once."""
+    named = set(session.scalars(select(m.Checkpoint.key)))
+    listed = store.listing("checkpoints")
+    return sorted(item.key for item in listed if item.modified < older_than and item.key not in named)
 
 
 def _step(session: Session, window: m.Window) -> AggregateStep:

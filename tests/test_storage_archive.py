@@ -28,7 +28,7 @@ from storage.checkpoints import (
     save_checkpoint,
 )
 from storage.db import session_scope
-from storage.models import ResidualSketch
+from storage.models import Checkpoint, ResidualSketch
 from storage.records import SubmissionRecord, WindowRecord
 from storage.sketch_rows import SketchRecord
 from storage.writer import commit_window
@@ -303,3 +303,50 @@ def test_configs_validate() -> None:
     with pytest.raises(ValueError):
         ArchiveConfig(orphan_grace_s=0)
     assert SubmissionRecord("h", 1, "ok").status == "ok"
+
+
+def test_a_prune_drops_checkpoints_nothing_can_rebuild_from(engine: Engine, tmp_path: Path) -> None:
+    """Kept, one whole model every `checkpoint_every` windows piled up for ever, with retention
+    set; so did the blob of a second save for a checkpointed window (the row keeps the first)."""
+    blobs = LocalBlobStore(tmp_path)
+    archive = SubmissionArchive(blobs, ArchiveConfig(retention_windows=6, orphan_grace_s=3600))
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=3, clock=lambda: 0.0)
+    with session_scope(engine) as s:
+        for w in range(1, 13):
+            commit_window(session=s, record=_window_with_blobs(w, [archive.put(f"window {w}".encode())]))
+        saved = {
+            w: save_checkpoint(session=s, store=blobs, window=w, data=f"model@{w}".encode())
+            for w in (3, 6, 9, 12)
+        }
+        save_checkpoint(session=s, store=blobs, window=9, data=b"a second save of 9")
+    unnamed = sorted(
+        i.key for i in blobs.listing("checkpoints") if i.key not in {c.key for c in saved.values()}
+    )
+    assert len(unnamed) == 1
+    _age(tmp_path, unnamed[0], 7200)
+    fresh = "checkpoints/0000000013/written-just-now.safetensors"  # a save whose row is not committed yet
+    blobs.put(fresh, b"model@13")
+    ledger.prune(12, earlier_windows=2)
+    # window 6, the oldest replayable, rebuilds from the checkpoint at 6; aggregates from 4 on are kept,
+    # so the checkpoint at 3 (whose window-3 aggregate is gone) rebuilds nothing
+    with session_scope(engine) as s:
+        assert sorted(s.scalars(select(Checkpoint.window))) == [6, 9, 12]
+        assert load_checkpoint(store=blobs, record=rebuild_plan(session=s, window=6).checkpoint) == b"model@6"
+    left = sorted(i.key for i in blobs.listing("checkpoints"))
+    assert left == sorted([*(saved[w].key for w in (6, 9, 12)), fresh])
+
+
+def test_without_retention_no_checkpoint_goes(engine: Engine, tmp_path: Path) -> None:
+    blobs = LocalBlobStore(tmp_path)
+    archive = SubmissionArchive(blobs)  # retention None: the default keeps everything
+    ledger = Ledger(engine, blobs, archive, checkpoint_every=3, clock=lambda: 0.0)
+    with session_scope(engine) as s:
+        for w in range(1, 13):
+            commit_window(session=s, record=_window_with_blobs(w, [archive.put(f"window {w}".encode())]))
+        for w in (3, 6, 9, 12):
+            save_checkpoint(session=s, store=blobs, window=w, data=f"model@{w}".encode())
+        save_checkpoint(session=s, store=blobs, window=9, data=b"a second save of 9")
+    for item in list(blobs.listing("checkpoints")):
+        _age(tmp_path, item.key, 10 * 24 * 3600)
+    assert ledger.prune(12, earlier_windows=2) == 0
+    assert len(list(blobs.listing("checkpoints"))) == 5

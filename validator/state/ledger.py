@@ -24,10 +24,12 @@ from storage import queries
 from storage.archive import ArchiveCorruptError, BlobStore, SubmissionArchive
 from storage.checkpoints import (
     RebuildPlan,
+    drop_checkpoints,
     load_checkpoint,
     nearest_checkpoint,
     rebuild_plan,
     save_checkpoint,
+    unreferenced_checkpoints,
 )
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.records import NOT_LEADER, RatingRecord, WeightSetRecord, WindowRecord
@@ -138,11 +140,12 @@ class Ledger:
 
     def prune(self, window: int, sketch_windows: int = 0, earlier_windows: int = 0) -> int:
         """Delete what no window within the retention can need any more (a no-op when it keeps
-        everything), and return how many archived blobs were deleted (old and orphaned). A window
-        within it replays from its own submissions, the aggregates since the checkpoint its model is
-        rebuilt from, the `earlier_windows` aggregates the recycling check compares with, and the
-        `sketch_windows` windows of residual sketches the persistence check reads back: cut at the
-        retention alone, the oldest windows it keeps replayed differently.
+        everything), and return how many blobs were deleted (old and orphaned submissions and
+        checkpoints). A window within it replays from its own submissions, the aggregates since the
+        checkpoint its model is rebuilt from, the `earlier_windows` aggregates the recycling check
+        compares with, and the `sketch_windows` windows of residual sketches the persistence check
+        reads back: cut at the retention alone, the oldest windows it keeps replayed differently.
+        Checkpoints older than the first aggregate kept go too: nothing can be rebuilt from them.
 
         Orphans (bodies of attempts that never committed) need a listing of the whole archive, so
         they are swept at the first prune of the process (a crash leaves them) and then at most
@@ -161,13 +164,26 @@ class Ledger:
             needed_from = min(base.window, oldest - earlier_windows)
             # the archive's own retention counts back from the window it is given
             deleted = self._tx(lambda s: self.archive.prune(session=s, current_window=needed_from + keep))
+            # an older checkpoint rebuilds nothing any more (the aggregates after it are gone); kept,
+            # one full model every `checkpoint_every` windows piled up for ever
+            deleted += self._delete_blobs(self._tx(lambda s: drop_checkpoints(session=s, before=needed_from)))
         now = self.clock()
         if self._next_orphan_sweep is None or now >= self._next_orphan_sweep:
             orphans = self._tx(lambda s: self.archive.prune_orphans(session=s))
+            older_than = time.time() - self.archive.config.orphan_grace_s
+            unnamed = self._tx(
+                lambda s: unreferenced_checkpoints(session=s, store=self.blobs, older_than=older_than)
+            )
+            orphans += self._delete_blobs(unnamed)
             self._next_orphan_sweep = now + self.archive.config.orphan_grace_s / 2
             log.info("archive_orphans_pruned", window=window, deleted=orphans)
             deleted += orphans
         return deleted
+
+    def _delete_blobs(self, keys: Sequence[str]) -> int:
+        for key in keys:
+            self.blobs.delete(key)
+        return len(keys)
 
     def sketches(
         self, hotkeys: Collection[str], first: int, last: int
