@@ -241,6 +241,15 @@ class Checkpoint(Base):
     created_at: Mapped[datetime]
 
 
+class LeaderLease(Base):
+    """Who sets weights for a hotkey when no Redis holds the leader lock (storage/leases.py)."""
+
+    __tablename__ = "leader_leases"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[float] = mapped_column(Double)  # POSIX seconds, the holder's wall clock
+
+
 class ResidualSketch(Base):
     """A compared peer's residual sketch in a window (scoring/persistence.py), float16 bytes."""
 

@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from pydantic import SecretBytes, SecretStr
+from redis import Redis
 
 from scoring.checkpoint import load_checkpoint
 from scoring.data import MANIFEST_NAME, Dataset
@@ -33,11 +34,12 @@ from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
+from validator.state.leader_lease import LeaseLock
 from validator.state.ledger import Ledger
 from validator.state.scratch import Scratch
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, open_store
-from validator.telemetry.events import LeaderLock, NullEvents, RedisEvents, connect
+from validator.telemetry.events import LeaderLock, Lock, NullEvents, RedisEvents, connect
 from validator.telemetry.metrics import Metrics
 from validator.workers.setup import start_remote
 
@@ -235,6 +237,17 @@ def chain_for(s: Settings) -> ChainLink:
     return ChainLink(local, signer.ss58_address, LocationPolicy.local(), signer)
 
 
+def leader_lock(s: Settings, ledger: Ledger, redis: Redis | None, hotkey: str) -> Lock:
+    """Who sets weights for `hotkey`: the Redis lock, or without Redis the database's lease (two
+    processes on one database both led before). The holder is this host and work folder, so a
+    restarted process takes its own lock back at once."""
+    holder = hashlib.sha256(f"{socket.gethostname()}:{Path(s.workdir).resolve()}".encode()).hexdigest()
+    ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
+    if redis is not None:
+        return LeaderLock(redis, hotkey, ttl_s=ttl, token=holder)
+    return LeaseLock(ledger.engine, hotkey, ttl_s=ttl, token=holder, db=ledger.db)
+
+
 def build_round(
     s: Settings,
     link: ChainLink,
@@ -252,9 +265,7 @@ def build_round(
     redis = connect(s.redis_url)
     events = RedisEvents(redis) if redis is not None else NullEvents()
     metrics = metrics or Metrics()
-    holder = hashlib.sha256(f"{socket.gethostname()}:{Path(s.workdir).resolve()}".encode()).hexdigest()
-    ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
-    lock = LeaderLock(redis, link.hotkey or "local", ttl_s=ttl, token=holder)
+    lock = leader_lock(s, ledger, redis, link.hotkey or "local")
     schedule = WeightSchedule(
         s.windows_per_weights,
         retry_pending=ledger.last_weights_failed(),

@@ -16,7 +16,7 @@ from scoring.weights import WeightPolicy
 from storage.records import NOT_LEADER, WeightSetRecord
 from validator.chain.protocol import Chain, Neuron, WeightLimits, WeightOutcome
 from validator.round.rating import weights_for
-from validator.telemetry.events import LeaderLock
+from validator.telemetry.events import Lock
 from validator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
@@ -62,7 +62,7 @@ class Weigher:
         self,
         chain: Chain,
         policy: WeightPolicy,
-        lock: LeaderLock,
+        lock: Lock,
         record: Callable[[WeightSetRecord], None],
         schedule: WeightSchedule,
         metrics: Metrics,

@@ -49,6 +49,14 @@ return 0
 """
 
 
+class Lock(Protocol):
+    """Who sets weights: this Redis lock, or the database's lease without Redis
+    (validator/state/leader_lease.py)."""
+
+    def acquire(self) -> bool: ...
+    def release(self) -> None: ...
+
+
 class LeaderLock:
     """A Redis lock per hotkey with a TTL: only the holder sets weights."""
 
@@ -66,7 +74,7 @@ class LeaderLock:
     def acquire(self) -> bool:
         """Take or extend the lock; False when another process holds it or Redis is unreachable."""
         if self.client is None:
-            return True  # no Redis configured: a single process by declaration
+            return True  # no Redis: a single process by declaration (the service uses the lease then)
         try:
             if self.client.set(self.key, self.token, nx=True, ex=self.ttl_s):
                 return True
