@@ -197,3 +197,33 @@ def test_peers_aggregated_lately_are_fetched_ahead_of_a_crowd_of_slow_stores(sto
     assert fetch_order(6, 7, first=[4, 1]) == [i for i in fetch_order(6, 7) if i in (1, 4)] + [
         i for i in fetch_order(6, 7) if i not in (1, 4)
     ]
+
+
+def test_a_newcomer_is_fetched_ahead_of_stores_that_failed_before(store: FakeS3) -> None:
+    """A new peer is not aggregated yet, so it is not fetched first: it drew its place among a
+    crowd of trickling stores every window, as if none had ever failed. Stores that failed go last
+    from the next window on, until a fetch of theirs ends otherwise."""
+    config = FetchConfig(
+        concurrency=1, head_timeout_s=0.5, peer_budget_s=1.0, retries=0, min_bytes_per_s=100.0,
+        rate_grace_s=0.5, allow_private_hosts=True,
+    )  # fmt: skip
+    crowd = [honest(store, f"slow{i}", size=20_000, trickle=400.0) for i in range(3)]
+    newcomer = honest(store, "newcomer")
+    requests = [*crowd, newcomer]
+    drawn_last = next(s for s in range(1000) if fetch_order(4, s)[-1] == 3)
+    fetcher = Fetcher(config)
+    first = asyncio.run(fetcher.fetch_all(requests, deadline_s=2.5, seed=drawn_last))
+    assert first[-1].reason == Reason.NOT_ATTEMPTED  # behind the crowd
+    failed = [r.hotkey for r in first if r.reason == Reason.FETCH_FAILED]
+    assert len(failed) >= 2
+    second = asyncio.run(fetcher.fetch_all(requests, deadline_s=2.5, seed=drawn_last))
+    assert second[-1].status == Status.OK  # the same draw: the stores that failed went last
+    assert set(failed) <= fetcher.stalled
+    honest(store, failed[0])  # that store now serves at once: its peer is no longer held back
+    third = asyncio.run(fetcher.fetch_all(requests, deadline_s=6.0, seed=drawn_last))
+    assert {r.hotkey: r.status for r in third}[failed[0]] == Status.OK
+    assert failed[0] not in fetcher.stalled
+    assert fetch_order(6, 7, last=[4, 1]) == [i for i in fetch_order(6, 7) if i not in (1, 4)] + [
+        i for i in fetch_order(6, 7) if i in (1, 4)
+    ]
+    assert fetch_order(6, 7, first=[1], last=[1, 2])[0] == 1  # first wins over last
