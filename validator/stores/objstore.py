@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from obstore.store import LocalStore, S3Store
 from scoring.types import Reason
 from validator.stores.commitments import StorageLocation
 from validator.stores.fetch_deadline import get_budget, not_reached, unfinished
+from validator.stores.fetch_order import StallMemory, fetch_order
 from validator.stores.fetch_types import (
     FetchConfig,
     FetchRequest,
@@ -149,8 +149,8 @@ class Fetcher:
         # ... and on disk, for a window fetched after a restart of the process
         self._saved = None if config.sightings_dir is None else SightingsFolder(config.sightings_dir)
         # peers whose last attempted fetch failed (a store that stalled, trickled or refused): they
-        # go after everyone else until a fetch of theirs ends otherwise (`note_stalls`)
-        self._stalled: set[str] = set()
+        # go after everyone else until a fetch of theirs ends otherwise
+        self._stalls = StallMemory()
 
     def retain(self, locations: set[StorageLocation]) -> None:
         """Drop clients of locations no peer uses any more (commitments are peer-controlled)."""
@@ -252,32 +252,18 @@ class Fetcher:
                     finish(i, await get_step(http, store, out, self.config, sightings, budget))
 
             ahead = [i for i, r in enumerate(requests) if r.hotkey in first]
-            behind = [
-                i for i, r in enumerate(requests) if r.hotkey in self._stalled and r.hotkey not in first
-            ]
+            stalled = self._stalls.stalled
+            behind = [i for i, r in enumerate(requests) if r.hotkey in stalled]
             order = fetch_order(len(requests), seed, ahead, behind)
             await _run_until([one(i) for i in order], deadline)
         out = [r or unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
-        self.note_stalls(out)
+        self._stalls.note((r.hotkey, r.reason) for r in out)
         return out
 
     @property
     def stalled(self) -> frozenset[str]:
         """Peers fetched last, their store having failed at its last attempt."""
-        return frozenset(self._stalled)
-
-    def note_stalls(self, results: Sequence[FetchResult]) -> None:
-        """Remember whose fetch failed. A crowd of stores trickling just above the rate floor held
-        every slot for its whole budget, window after window, and a new peer (not yet aggregated,
-        so not fetched first) drew its place among them every window, as if none had ever failed.
-        Once a store has failed its peer goes last, so the crowd holds slots only when everyone
-        else has been served; a fetch the deadline never reached changes nothing."""
-        for r in results:
-            if r.reason == Reason.FETCH_FAILED:
-                self._stalled.add(r.hotkey)
-            elif r.reason != Reason.NOT_ATTEMPTED:
-                self._stalled.discard(r.hotkey)
-        self._stalled &= {r.hotkey for r in results}  # hotkeys that left take no memory
+        return self._stalls.stalled
 
     async def fetch(self, request: FetchRequest, sightings: Sightings | None = None) -> FetchResult:
         """One submission on its own: HEAD, then GET within the per-peer budget."""
@@ -295,23 +281,6 @@ class Fetcher:
             # nothing was ever published there (and fetching never creates a peer's folder)
             return failed(request.hotkey, Reason.MISSING, "no submission in the store")
         return await head_step(http, self._store(request.location), request, self.config, sightings)
-
-
-def fetch_order(
-    count: int, seed: int | str | None, first: Collection[int] = (), last: Collection[int] = ()
-) -> list[int]:
-    """Indices in the order to fetch: shuffled with the window's secret seed, so that no peer can
-    place itself (or a staller) ahead of others; request order without a seed. The indices in
-    `first` (peers aggregated lately) go ahead, in the same shuffled order: a crowd of stores
-    trickling just above the rate floor held every slot for its whole budget, and honest peers
-    drawn after it were never fetched (64 such stores beside 8 peers: 2 to 8 of them fetched).
-    Those in `last` (and not in `first`: peers whose store failed last time) go behind the rest."""
-    order = list(range(count))
-    if seed is not None:
-        random.Random(f"gauntlet/fetch-order|{seed}").shuffle(order)
-    ahead, behind = set(first), set(last) - set(first)
-    middle = [i for i in order if i not in ahead and i not in behind]
-    return [i for i in order if i in ahead] + middle + [i for i in order if i in behind]
 
 
 async def _run_until(coroutines: Sequence[Awaitable[None]], deadline: float) -> None:
