@@ -110,6 +110,8 @@ class Window(Base):
 
 class Submission(Base):
     __tablename__ = "submissions"
+    # a peer's newest windows (its detail in the API) without reading every window's rows
+    __table_args__ = (Index("ix_submissions_hotkey_window", "hotkey", "window"),)
     window: Mapped[int] = _window_fk()
     hotkey: Mapped[str] = _peer_fk()
     uid: Mapped[int]

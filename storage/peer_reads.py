@@ -26,13 +26,17 @@ def peer_windows(
 
     The peer's windows, not the newest windows overall: a peer that left the subnet for a while
     (deregistered, then registered again) has gaps, and its detail still shows `limit` of its
-    windows.
+    windows. Each table gives at most `limit` of the peer's newest windows through an index that
+    starts with the hotkey: the peer's whole history is never read.
     """
-    tables = (m.Submission, m.RatingHistory, m.Penalty)
-    own = union(*(select(t.window).where(t.hotkey == hotkey) for t in tables)).subquery()
+    branches = []
+    for t in (m.Submission, m.RatingHistory, m.Penalty):
+        newest = select(t.window).where(t.hotkey == hotkey)
+        if before is not None:
+            newest = newest.where(t.window < before)
+        branches.append(newest.order_by(t.window.desc()).limit(limit).subquery())
+    own = union(*(select(b.c.window) for b in branches)).subquery()
     stmt = select(m.Window.window, m.Window.state).where(m.Window.window.in_(select(own.c.window)))
-    if before is not None:
-        stmt = stmt.where(m.Window.window < before)
     rows = session.execute(stmt.order_by(m.Window.window.desc()).limit(limit))
     return [(w, state) for w, state in rows]
 
