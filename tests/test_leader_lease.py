@@ -3,6 +3,7 @@ validators on one database both set weights for the same hotkey."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -10,7 +11,7 @@ from sqlalchemy import Engine
 from storage.db import DatabaseConfig, make_engine
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.settings import Settings
-from validator.state.leader_lease import LeaseLock
+from validator.state.leader_lease import HOLDER_FILE, LeaseLock, holder_id
 from validator.telemetry.events import LeaderLock, connect
 from validator.wiring import leader_lock, open_ledger
 
@@ -43,9 +44,13 @@ def test_a_restarted_holder_takes_its_own_lease_back(engine: Engine) -> None:
 def test_a_database_it_cannot_reach_makes_a_follower() -> None:
     dead = make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
     try:
-        lock = LeaseLock(dead, "hk", ttl_s=60, token="a", db=DatabaseConfig(retry_attempts=1))
+        lock = LeaseLock(dead, "hk", ttl_s=60, token="a", db=DatabaseConfig())  # 6 attempts for commits
+        started = time.monotonic()
         assert not lock.acquire()
         lock.release()  # logged, not raised
+        # one attempt each: retried, a refused connection held each window and the release at
+        # shutdown for about 8 s
+        assert time.monotonic() - started < 4.0
     finally:
         dead.dispose()
 
@@ -71,3 +76,13 @@ def test_two_validators_on_one_database_without_redis_have_one_leader(tmp_path: 
         for ledger in ledgers:
             ledger.engine.dispose()
         drop_pg_database(name)
+
+
+def test_the_holder_is_the_work_folders_own_random_id(tmp_path: Path) -> None:
+    """Hashed from the host name and the folder's path, two hosts named alike (a cloud image's
+    default) with the documented folder held one id, and both led."""
+    one, two = holder_id(tmp_path / "a"), holder_id(tmp_path / "b")
+    assert one != two and len(one) == 32
+    assert holder_id(tmp_path / "a") == one  # a restart takes its own lease back
+    (tmp_path / "b" / HOLDER_FILE).write_text("not an id")
+    assert holder_id(tmp_path / "b") not in (two, "not an id")  # a damaged file: a new id

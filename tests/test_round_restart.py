@@ -84,3 +84,26 @@ def test_a_torn_newest_checkpoint_is_rebuilt_from_an_older_one(
     ours = dict(runner.state.model.model.named_parameters())
     for name, theirs in fault_reference.state.model.model.named_parameters():
         assert torch.equal(ours[name], theirs), name  # the same weights, rebuilt from window 4's checkpoint
+
+
+def test_a_prune_that_raises_does_not_fail_the_committed_window(tmp_path: Path) -> None:
+    """Retention's deletes run after the commit. Raised (an S3 hiccup listing or deleting), they
+    failed the round, and the committed window's selection was never published nor its weights
+    set; now the fault is logged and the next window prunes again."""
+    with gauntlet_env():
+        runner = make_runner(tmp_path / "demo")
+    calls: list[int] = []
+
+    def failing(window: int, **_: object) -> int:
+        calls.append(window)
+        raise OSError("S3 503 SlowDown")
+
+    runner.round.ledger.prune = failing  # type: ignore[method-assign]
+    window = runner.next_window
+    runner.publish(window)
+    report = runner.validate(window)
+    assert report.window == window and calls == [window]
+    assert runner.round.ledger.window_state(window) == "committed"
+    assert runner.next_window == window + 1
+    assert runner.round.ledger.last_weights_set() == window  # the stages after it ran
+    runner.round.ledger.engine.dispose()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -34,7 +33,7 @@ from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
-from validator.state.leader_lease import LeaseLock
+from validator.state.leader_lease import LeaseLock, holder_id
 from validator.state.ledger import Ledger
 from validator.state.scratch import Scratch
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
@@ -239,9 +238,9 @@ def chain_for(s: Settings) -> ChainLink:
 
 def leader_lock(s: Settings, ledger: Ledger, redis: Redis | None, hotkey: str) -> Lock:
     """Who sets weights for `hotkey`: the Redis lock, or without Redis the database's lease (two
-    processes on one database both led before). The holder is this host and work folder, so a
-    restarted process takes its own lock back at once."""
-    holder = hashlib.sha256(f"{socket.gethostname()}:{Path(s.workdir).resolve()}".encode()).hexdigest()
+    processes on one database both led before). The holder is the work folder's own random id, so
+    a restarted process takes its own lock back at once."""
+    holder = holder_id(Path(s.workdir))
     ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
     if redis is not None:
         return LeaderLock(redis, hotkey, ttl_s=ttl, token=holder)

@@ -1,6 +1,7 @@
 """A leader lease in the database. Without Redis the leader lock was held by declaration: two
 validators on one database (two hosts sharing a Postgres, each with its own work folder) both set
-weights for the same hotkey. Now the lease row decides, with Redis or without.
+weights for the same hotkey. Now the lease row decides where no Redis is configured (with Redis,
+the Redis lock still does).
 
 Revision ID: 20261205_0011
 Revises: 20261205_0010

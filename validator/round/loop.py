@@ -163,8 +163,7 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
         coefficients = scored.selection.weights
         gm.advance([u.params for u in chosen], digests, scored.reference, rnd.cfg.outer_lr, coefficients)
         _checkpoint(rnd, gm)
-        horizon, earlier = rnd.cfg.ranking.persistence.horizon, rnd.cfg.check.recycled_windows
-        rnd.ledger.prune(window, sketch_windows=horizon, earlier_windows=earlier)
+        _prune(rnd, window)
     with stages("publish"):
         bases, outer_lr = (ctx.base, gm.base), rnd.cfg.outer_lr
         doc = selection_document(window, bases, scored.peers, scored.selection, scored.reference, outer_lr)
@@ -187,6 +186,17 @@ def _checkpoint(rnd: Round, gm: GlobalModel) -> None:
         rnd.ledger.maybe_checkpoint(gm)
     except Exception:  # the blob store is an external system: logged, retried next window
         log.exception("checkpoint_failed", window=gm.window)
+
+
+def _prune(rnd: Round, window: int) -> None:
+    """Retention's deletes, after the commit: a store or database fault here is logged and the next
+    window prunes again. Raised, it failed the round after its commit, and the window's selection
+    was never published nor its due weights set."""
+    horizon, earlier = rnd.cfg.ranking.persistence.horizon, rnd.cfg.check.recycled_windows
+    try:
+        rnd.ledger.prune(window, sketch_windows=horizon, earlier_windows=earlier)
+    except Exception:
+        log.exception("prune_failed", window=window)
 
 
 def _aggregated_lately(ratings: RatingState, window: int) -> frozenset[str]:

@@ -10,7 +10,10 @@ closed: a database it cannot reach makes this process a follower for that window
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import structlog
 from sqlalchemy import Engine
@@ -33,10 +36,12 @@ class LeaseLock:
         db: DatabaseConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`token` names the holder; a stable one (host and work folder) lets a restarted process
-        take its own lease back at once instead of waiting out the TTL."""
+        """`token` names the holder; a stable one (`holder_id`) lets a restarted process take its
+        own lease back at once instead of waiting out the TTL. One attempt a call: a lease that
+        cannot be read is a follower's window, and retrying held each window (and the release at
+        shutdown) for about 8 s with the database refusing connections."""
         self.engine, self.name, self.ttl_s, self.token = engine, f"leader:{hotkey}", ttl_s, token
-        self.db, self.clock = db, clock
+        self.db, self.clock = replace(db or DatabaseConfig(), retry_attempts=1), clock
 
     def acquire(self) -> bool:
         """Take or renew the lease; False while another process holds it or the database fails."""
@@ -61,3 +66,26 @@ class LeaseLock:
             )
         except SQLAlchemyError as e:
             log.warning("leader_lease_release_failed", error=str(e))
+
+
+HOLDER_FILE = "leader-id"
+
+
+def holder_id(workdir: Path) -> str:
+    """This work folder's name as a leader: random, written once. A hash of the host name and the
+    folder's path named two hosts with the same name (a cloud image's default, a container's fixed
+    `hostname:`) and the documented folder alike, and both led; and a container re-created under a
+    new host name stayed a follower of its own earlier lease for three windows."""
+    path = Path(workdir) / HOLDER_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        text = ""
+    if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
+        return text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    tmp = path.with_name(f".{HOLDER_FILE}.{token}")
+    tmp.write_text(token + "\n")
+    tmp.replace(path)  # the work folder's lock keeps a second process out; a rename is whole or absent
+    return token
