@@ -88,6 +88,7 @@ VARIANTS = {
     "lapsed": f"{HONEST},lapsed:1",
     "lazy_crowd": f"{HONEST},lazy:6",
     "echo": f"{HONEST},echo:1",  # proven, then the mean of the others' updates (scoring/echo.py)
+    "echo_noisy": f"{HONEST},echo_noisy:1",  # the same plus noise at twice its norm: a share of its own
 }
 TARGETS = {
     "coverage": 1.0,

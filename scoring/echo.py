@@ -15,8 +15,10 @@ Measured (seed 0, windows 1-6): at 20 inner steps honest shares 0.77-0.94 and th
 among proven peers (identities that never proved training cannot move it), honest peers stayed at
 0.9 of it or above, the echo at 0.24-0.38: under `ratio` (0.5) an update is an echo.
 
-Adding noise of its own lifts an echo's share, at the cost of its gain; what this closes is the
-free copy of everybody's work.
+What this closes is the free copy of everybody's work. Adding noise of its own lifts an echo's
+share above the bar at little cost to its gain (top-k re-compression keeps the mean's large
+coordinates and spreads dense noise thin): such an echo is aggregated until its proof of training
+lapses, like any peer that stopped training (`echo_noisy` in docs/fidelity-log.md).
 """
 
 from __future__ import annotations

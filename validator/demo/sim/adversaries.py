@@ -212,6 +212,8 @@ class ConsensusEcho:
     name: str = "echo"
     order: int = 1  # after the peers it averages
     honest_windows: int = 3
+    noise: float = 0.0  # a fresh random direction added each window, × the mean's norm: a share of its own
+    seed: int = 31337
 
     def submit(self, ctx: PeerContext) -> Submission | None:
         done = int(ctx.memory.get("windows", 0))
@@ -220,14 +222,19 @@ class ConsensusEcho:
         if not others:
             return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
         mean = {n: torch.stack([o[n] for o in others]).mean(0) for n in others[0]}
+        if self.noise > 0.0:
+            size, fresh = total_norm(mean), direction(ctx, self.seed + 1000 * ctx.window + ctx.uid)
+            mean = {n: t + self.noise * size * fresh[n] for n, t in mean.items()}
         return Submission(ctx.encode(mean, feedback=False), HONEST_DELAY_S)
 
 
 # twice poison's share, in a direction of its own: under the norm band (poison at half the norm is
 # kept out by `max_inflation`), with more of it persisting across windows (docs/fidelity-log.md)
 POISON_STRONG = Poison(name="poison_strong", weight=0.2, seed=778)
+# an echo with noise of its own at twice the norm of the mean it sends: an honest-looking own share
+ECHO_NOISY = ConsensusEcho(name="echo_noisy", noise=2.0)
 
 ADVERSARIES = (
     NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
-    POISON_STRONG, Lapsed(), ConsensusEcho(),
+    POISON_STRONG, Lapsed(), ConsensusEcho(), ECHO_NOISY,
 )  # fmt: skip
