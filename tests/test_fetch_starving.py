@@ -147,7 +147,7 @@ def test_a_get_the_deadline_cut_short_is_not_held_against_its_peer(store: FakeS3
     stallers got honest peers penalised). A second staller squeezed the same way earns no excuse:
     at its pace it would not have finished within its budget either."""
     config = FetchConfig(
-        concurrency=1, head_timeout_s=0.5, peer_budget_s=4.0, retries=0, min_bytes_per_s=100.0,
+        concurrency=1, head_timeout_s=2.0, peer_budget_s=4.0, retries=0, min_bytes_per_s=100.0,
         rate_grace_s=0.5, allow_private_hosts=True,
     )  # fmt: skip
     staller = honest(store, "staller", size=10_000, trickle=400.0)  # 25 s of body
