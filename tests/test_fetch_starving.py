@@ -21,6 +21,11 @@ from validator.stores.objstore import FetchConfig, Fetcher, FetchRequest, object
 
 T0 = time.time() - 10  # the put window opened ten seconds ago
 WINDOW = 9
+# one slot, a 1 s budget per peer: a crowd of trickling stores holds it for the whole deadline
+ONE_SLOT = FetchConfig(
+    concurrency=1, head_timeout_s=0.5, peer_budget_s=1.0, retries=0, min_bytes_per_s=100.0,
+    rate_grace_s=0.5, allow_private_hosts=True,
+)  # fmt: skip
 FAST = FetchConfig(
     concurrency=2, head_timeout_s=0.5, peer_budget_s=2.0, retries=2, retry_backoff_s=0.0,
     min_bytes_per_s=2000.0, rate_grace_s=0.5, allow_private_hosts=True,
@@ -183,10 +188,7 @@ def test_peers_aggregated_lately_are_fetched_ahead_of_a_crowd_of_slow_stores(sto
     """A crowd of stores trickling just above the rate floor held every slot for its whole budget,
     and a proven peer drawn after it was never fetched (64 such stores beside 8 peers: 2 to 8 of
     them fetched). Lately aggregated peers go first, in the window's secret order among them."""
-    config = FetchConfig(
-        concurrency=1, head_timeout_s=0.5, peer_budget_s=1.0, retries=0, min_bytes_per_s=100.0,
-        rate_grace_s=0.5, allow_private_hosts=True,
-    )  # fmt: skip
+    config = ONE_SLOT
     crowd = [honest(store, f"slow{i}", size=20_000, trickle=400.0) for i in range(4)]
     proven = honest(store, "proven")
     requests = [*crowd, proven]
@@ -204,10 +206,7 @@ def test_a_newcomer_is_fetched_ahead_of_stores_that_failed_before(store: FakeS3)
     """A new peer is not aggregated yet, so it is not fetched first: it drew its place among a
     crowd of trickling stores every window, as if none had ever failed. Stores that failed go last
     from the next window on, until a fetch of theirs ends otherwise."""
-    config = FetchConfig(
-        concurrency=1, head_timeout_s=0.5, peer_budget_s=1.0, retries=0, min_bytes_per_s=100.0,
-        rate_grace_s=0.5, allow_private_hosts=True,
-    )  # fmt: skip
+    config = ONE_SLOT
     crowd = [honest(store, f"slow{i}", size=20_000, trickle=400.0) for i in range(2)]
     newcomer = honest(store, "newcomer")
     requests = [*crowd, newcomer]

@@ -78,11 +78,9 @@ def holder_id(workdir: Path) -> str:
     new host name stayed a follower of its own earlier lease for three windows."""
     path = Path(workdir) / HOLDER_FILE
     try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        text = ""
-    if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
-        return text
+        return uuid.UUID(hex=path.read_text().strip()).hex  # damaged (ValueError): a new id
+    except (FileNotFoundError, ValueError):
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex
     tmp = path.with_name(f".{HOLDER_FILE}.{token}")
