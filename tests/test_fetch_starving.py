@@ -221,21 +221,54 @@ def test_a_newcomer_is_fetched_ahead_of_stores_that_failed_before(store: FakeS3)
     # the same draw: a store that failed goes last; at most one of the crowd is ahead (1 s)
     second = asyncio.run(fetcher.fetch_all(requests, deadline_s=1.8, seed=drawn_last))
     assert second[-1].status == Status.OK, second[-1]
-    honest(store, failed[0])  # that store now serves at once: its peer is no longer held back
+    honest(store, failed[0])  # that store now serves at once: fetched once the others are served
     third = asyncio.run(fetcher.fetch_all(requests, deadline_s=6.0, seed=drawn_last))
     assert {r.hotkey: r.status for r in third}[failed[0]] == Status.OK
-    assert failed[0] not in fetcher.stalled
+    assert fetcher.stalled == set(failed)  # one failure holds its peer behind for a while
+
+
+def test_a_store_that_fails_every_other_window_stays_behind_a_newcomer(store: FakeS3) -> None:
+    """Remembering only the last attempt let a store that fails every other window back among the
+    newcomers every other window, where it held the slot ahead of them for its whole budget. Its
+    failures are remembered over its last attempts, and it stays behind (the slot is one: the HEADs
+    go out in fetch order)."""
+    flaky, newcomer = honest(store, "flaky"), honest(store, "newcomer")
+    drawn_first = next(s for s in range(1000) if fetch_order(2, s) == [0, 1])
+    fetcher = Fetcher(ONE_SLOT)
+    for turn in range(4):
+        failing = turn % 2 == 0  # it trickles in windows 0 and 2 and serves at once in 1 and 3
+        trickle = 400.0 if failing else None
+        store.put(f"/bucket/{flaky.key}", FakeObject(b"x" * 20_000, T0 + 1, trickle_bytes_per_s=trickle))
+        store.log.clear()
+        out = asyncio.run(fetcher.fetch_all([flaky, newcomer], deadline_s=4.0, seed=drawn_first))
+        assert [r.reason for r in out] == [Reason.FETCH_FAILED if failing else None, None]
+        heads = store.requests("HEAD")
+        expected = [flaky.key, newcomer.key] if turn == 0 else [newcomer.key, flaky.key]
+        assert heads == [f"/bucket/{k}" for k in expected], turn
+    assert fetcher.stalled == {"flaky"}
 
 
 def test_stall_memory_and_the_order_it_gives() -> None:
-    memory = StallMemory()
+    memory = StallMemory(span=3)
     memory.note([("a", Reason.FETCH_FAILED), ("b", Reason.FETCH_FAILED), ("c", None)])
     assert memory.stalled == {"a", "b"}
     memory.note([("a", Reason.NOT_ATTEMPTED), ("b", Reason.MISSING), ("c", Reason.FETCH_FAILED)])
-    assert memory.stalled == {"a", "c"}  # not attempted: no news; missing (a quick 404): not a stall
-    memory.note([("c", None)])
-    assert memory.stalled == set()  # "a" left the subnet: forgotten
+    # not attempted: no news; missing (a quick 404): not a stall, though b's failure is remembered
+    assert memory.failures == {"a": 1, "b": 1, "c": 1}
+    memory.note([("b", Reason.FETCH_FAILED), ("c", None)])
+    assert memory.failures == {"b": 2, "c": 1}  # "a" left the subnet: forgotten
+    memory.note([("b", None), ("c", None)])
+    memory.note([("b", None), ("c", None)])
+    assert memory.failures == {"b": 1}  # c's failure is three attempts old; b's second is not
     assert fetch_order(6, 7, last=[4, 1]) == [i for i in fetch_order(6, 7) if i not in (1, 4)] + [
         i for i in fetch_order(6, 7) if i in (1, 4)
     ]
     assert fetch_order(6, 7, first=[1], last=[1, 2])[0] == 1  # first wins over last
+    drawn = fetch_order(6, 7)
+    a, b = [i for i in drawn if i in (1, 4)]  # 1 and 4 in their drawn order
+    # the store failing more often goes last, whatever the draw
+    assert fetch_order(6, 7, last={a: 3, b: 1})[-2:] == [b, a]
+    assert fetch_order(6, 7, last={a: 1, b: 1})[-2:] == [a, b]
+    assert fetch_order(6, 7, last={a: 0}) == drawn  # a count of 0 is no failure
+    with pytest.raises(ValueError):
+        StallMemory(span=0)

@@ -148,8 +148,8 @@ class Fetcher:
         self._seen: dict[int, Sightings | None] = {}
         # ... and on disk, for a window fetched after a restart of the process
         self._saved = None if config.sightings_dir is None else SightingsFolder(config.sightings_dir)
-        # peers whose last attempted fetch failed (a store that stalled, trickled or refused): they
-        # go after everyone else until a fetch of theirs ends otherwise
+        # peers whose fetch failed in one of their recent attempts (a store that stalled, trickled
+        # or refused): they go after everyone else, those failing most last
         self._stalls = StallMemory()
 
     def retain(self, locations: set[StorageLocation]) -> None:
@@ -252,8 +252,8 @@ class Fetcher:
                     finish(i, await get_step(http, store, out, self.config, sightings, budget))
 
             ahead = [i for i, r in enumerate(requests) if r.hotkey in first]
-            stalled = self._stalls.stalled
-            behind = [i for i, r in enumerate(requests) if r.hotkey in stalled]
+            failures = self._stalls.failures
+            behind = {i: failures[r.hotkey] for i, r in enumerate(requests) if r.hotkey in failures}
             order = fetch_order(len(requests), seed, ahead, behind)
             await _run_until([one(i) for i in order], deadline)
         out = [r or unfinished(requests[i], stage.get(i)) for i, r in enumerate(results)]
@@ -262,7 +262,7 @@ class Fetcher:
 
     @property
     def stalled(self) -> frozenset[str]:
-        """Peers fetched last, their store having failed at its last attempt."""
+        """Peers fetched last, their store having failed in one of its recent attempts."""
         return self._stalls.stalled
 
     async def fetch(self, request: FetchRequest, sightings: Sightings | None = None) -> FetchResult:
