@@ -4,14 +4,18 @@ validators on one database both set weights for the same hotkey."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
+from sqlalchemy.orm import Session
 
 from storage.db import DatabaseConfig, make_engine
+from storage.models import LeaderLease
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.settings import Settings
-from validator.state.leader_lease import HOLDER_FILE, LeaseLock, holder_id
+from validator.state.holder import HOLDER_FILE, holder_id
+from validator.state.leader_lease import LeaseLock
 from validator.telemetry.events import LeaderLock, connect
 from validator.wiring import leader_lock, open_ledger
 
@@ -20,7 +24,7 @@ REDIS = "redis://127.0.0.1:6379/0"
 
 def test_one_holder_at_a_time_until_its_lease_expires(engine: Engine) -> None:
     now = [1000.0]
-    a, b = (LeaseLock(engine, "hk", ttl_s=60, token=t, clock=lambda: now[0]) for t in ("host-a", "host-b"))
+    a, b = (LeaseLock(engine, "hk", ttl_s=60, holder=t, clock=lambda: now[0]) for t in ("host-a", "host-b"))
     assert a.acquire() and a.acquire()  # renewed by its holder
     assert not b.acquire()
     now[0] += 59
@@ -31,20 +35,81 @@ def test_one_holder_at_a_time_until_its_lease_expires(engine: Engine) -> None:
     assert b.acquire() and not a.acquire()
     b.release()
     assert a.acquire()
-    assert LeaseLock(engine, "other hotkey", ttl_s=60, token="host-b", clock=lambda: now[0]).acquire()
+    assert LeaseLock(engine, "other hotkey", ttl_s=60, holder="host-b", clock=lambda: now[0]).acquire()
 
 
-def test_a_restarted_holder_takes_its_own_lease_back(engine: Engine) -> None:
-    first = LeaseLock(engine, "hk", ttl_s=600, token="host-a:/work")
+def test_a_restarted_holder_takes_its_own_lease_over_once_it_goes_unrenewed(engine: Engine) -> None:
+    """A process restarted after a crash takes over its own lease once it has gone unrenewed for
+    half the TTL (a live holder renews every third), not the whole TTL; a holder from before
+    incarnations (its bare id) counts as its own too."""
+    now = [1000.0]
+    first = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", clock=lambda: now[0])
     assert first.acquire()
-    assert LeaseLock(engine, "hk", ttl_s=600, token="host-a:/work").acquire()  # the same host and folder
-    assert not LeaseLock(engine, "hk", ttl_s=600, token="host-b:/work").acquire()
+    restarted = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", clock=lambda: now[0])
+    assert restarted.token != first.token
+    now[0] += 299
+    assert not restarted.acquire()  # renewed 299 s ago: its holder may be alive
+    assert not LeaseLock(engine, "hk", ttl_s=600, holder="host-b", clock=lambda: now[0]).acquire()
+    now[0] += 2
+    assert restarted.acquire() and not first.acquire()
+    with Session(engine) as s, s.begin():
+        s.execute(update(LeaderLease).values(holder="host-b", expires_at=now[0] + 200))
+    assert not restarted.acquire()  # another id, unexpired
+    with Session(engine) as s, s.begin():
+        s.execute(update(LeaderLease).values(holder="host-a", expires_at=now[0] + 200))
+    assert restarted.acquire()  # its bare id, written before incarnations: its own, gone stale
+
+
+def test_a_copy_of_the_work_folder_never_leads_beside_its_original(engine: Engine) -> None:
+    """A host started from a copy of another's work folder (a cloned disk) held the same leader id
+    and led beside it, each renewing the lease as its holder. A live original keeps it, window
+    after window; the copy takes over within half the TTL once the original stops."""
+    now, window = [1000.0], 100.0
+    original, copy = (
+        LeaseLock(engine, "hk", ttl_s=3 * window, holder="id", clock=lambda: now[0]) for _ in "ab"
+    )
+    leaders = []
+    for step in range(30):
+        now[0] += window / 4  # the two call at different moments of the window
+        if step < 20 and step % 4 == 0:
+            assert original.acquire()
+        if step % 4 == 2:
+            leaders.append(copy.acquire())
+    assert leaders[:5] == [False] * 5 and leaders[-1]  # the original stopped at step 16
+
+
+def test_ids_are_matched_literally(engine: Engine) -> None:
+    """A holder id is compared as text, not as a pattern: `%` and `_` are no wildcards."""
+    now = [1000.0]
+    held = LeaseLock(engine, "hk", ttl_s=600, holder="ab.c", clock=lambda: now[0])
+    assert held.acquire()
+    now[0] += 400
+    for other in ("a_", "a%", "a"):
+        assert not LeaseLock(engine, "hk", ttl_s=600, holder=other, clock=lambda: now[0]).acquire()
+
+
+def test_the_redis_lock_tells_incarnations_apart_the_same_way() -> None:
+    client = connect(REDIS)
+    assert client is not None
+    hotkey = f"hk-{uuid.uuid4().hex}"
+    try:
+        first, restarted = (LeaderLock(client, hotkey, ttl_s=60, holder="host-a") for _ in "ab")
+        assert first.acquire() and first.acquire()
+        assert not restarted.acquire()  # renewed just now
+        assert not LeaderLock(client, hotkey, ttl_s=60, holder="host-a_").acquire()
+        client.expire(f"gauntlet:leader:{hotkey}", 29)  # unrenewed for 31 s of 60
+        assert not LeaderLock(client, hotkey, ttl_s=60, holder="host-b").acquire()
+        assert restarted.acquire() and not first.acquire()
+        restarted.release()
+        assert LeaderLock(client, hotkey, ttl_s=60, holder="host-b").acquire()
+    finally:
+        client.delete(f"gauntlet:leader:{hotkey}")
 
 
 def test_a_database_it_cannot_reach_makes_a_follower() -> None:
     dead = make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
     try:
-        lock = LeaseLock(dead, "hk", ttl_s=60, token="a", db=DatabaseConfig())  # 6 attempts for commits
+        lock = LeaseLock(dead, "hk", ttl_s=60, holder="a", db=DatabaseConfig())  # 6 attempts for commits
         started = time.monotonic()
         assert not lock.acquire()
         lock.release()  # logged, not raised

@@ -33,7 +33,8 @@ from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
-from validator.state.leader_lease import LeaseLock, holder_id
+from validator.state.holder import holder_id
+from validator.state.leader_lease import LeaseLock
 from validator.state.ledger import Ledger
 from validator.state.scratch import Scratch
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
@@ -243,8 +244,8 @@ def leader_lock(s: Settings, ledger: Ledger, redis: Redis | None, hotkey: str) -
     holder = holder_id(Path(s.workdir))
     ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
     if redis is not None:
-        return LeaderLock(redis, hotkey, ttl_s=ttl, token=holder)
-    return LeaseLock(ledger.engine, hotkey, ttl_s=ttl, token=holder, db=ledger.db)
+        return LeaderLock(redis, hotkey, ttl_s=ttl, holder=holder)
+    return LeaseLock(ledger.engine, hotkey, ttl_s=ttl, holder=holder, db=ledger.db)
 
 
 def build_round(

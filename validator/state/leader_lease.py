@@ -10,17 +10,17 @@ closed: a database it cannot reach makes this process a follower for that window
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import structlog
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from storage.db import DatabaseConfig, run_in_transaction
-from storage.leases import drop_lease, take_lease
+from storage.leases import drop_lease, lease_holder, take_lease
+from validator.state.holder import SHARED, incarnation, is_kin
 
 log = structlog.get_logger(__name__)
 
@@ -32,30 +32,39 @@ class LeaseLock:
         hotkey: str,
         *,
         ttl_s: float,
-        token: str,
+        holder: str,
         db: DatabaseConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`token` names the holder; a stable one (`holder_id`) lets a restarted process take its
-        own lease back at once instead of waiting out the TTL. One attempt a call: a lease that
+        """`holder` is the work folder's id (`holder_id`): a restarted process takes over its own
+        lease once it has gone unrenewed for half the TTL, not the whole of it, while a live copy
+        of the work folder keeps it (validator/state/holder.py). One attempt a call: a lease that
         cannot be read is a follower's window, and retrying held each window (and the release at
         shutdown) for about 8 s with the database refusing connections."""
-        self.engine, self.name, self.ttl_s, self.token = engine, f"leader:{hotkey}", ttl_s, token
+        self.engine, self.name, self.ttl_s, self.holder = engine, f"leader:{hotkey}", ttl_s, holder
+        self.token = incarnation(holder)
         self.db, self.clock = replace(db or DatabaseConfig(), retry_attempts=1), clock
 
     def acquire(self) -> bool:
         """Take or renew the lease; False while another process holds it or the database fails."""
+
+        def attempt(s: Session) -> str | None:
+            """None when taken, else the holder who keeps it (to tell a copy of this work folder)."""
+            now, name = self.clock(), self.name
+            if take_lease(
+                session=s, name=name, holder=self.token, now=now, ttl_s=self.ttl_s, kin=self.holder
+            ):
+                return None
+            return lease_holder(session=s, name=name) or ""
+
         try:
-            return run_in_transaction(
-                self.engine,
-                lambda s: take_lease(
-                    session=s, name=self.name, holder=self.token, now=self.clock(), ttl_s=self.ttl_s
-                ),
-                config=self.db,
-            )
+            other = run_in_transaction(self.engine, attempt, config=self.db)
         except SQLAlchemyError as e:
             log.warning("leader_lease_unavailable", error=str(e))
             return False
+        if other is not None and is_kin(other, self.holder):
+            log.warning("leader_id_shared", holder=self.holder, detail=SHARED)
+        return other is None
 
     def release(self) -> None:
         try:
@@ -66,24 +75,3 @@ class LeaseLock:
             )
         except SQLAlchemyError as e:
             log.warning("leader_lease_release_failed", error=str(e))
-
-
-HOLDER_FILE = "leader-id"
-
-
-def holder_id(workdir: Path) -> str:
-    """This work folder's name as a leader: random, written once. A hash of the host name and the
-    folder's path named two hosts with the same name (a cloud image's default, a container's fixed
-    `hostname:`) and the documented folder alike, and both led; and a container re-created under a
-    new host name stayed a follower of its own earlier lease for three windows."""
-    path = Path(workdir) / HOLDER_FILE
-    try:
-        return uuid.UUID(hex=path.read_text().strip()).hex  # damaged (ValueError): a new id
-    except (FileNotFoundError, ValueError):
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex
-    tmp = path.with_name(f".{HOLDER_FILE}.{token}")
-    tmp.write_text(token + "\n")
-    tmp.replace(path)  # the work folder's lock keeps a second process out; a rename is whole or absent
-    return token

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import redis
 import structlog
 
+from validator.state.holder import SHARED, incarnation
+
 EVENTS_CHANNEL = "gauntlet:events"  # the API relays this channel as server-sent events
 log = structlog.get_logger(__name__)
 
@@ -39,8 +41,17 @@ class RedisEvents:
             log.warning("event_dropped", kind=kind, window=window, error=str(e))
 
 
-_EXTEND_IF_MINE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end
+# take the lock if free, extend it if ours; take it from another incarnation of our id (ARGV[3],
+# validator/state/holder.py) only once it has gone unrenewed for half the TTL, else answer -1
+_TAKE = """
+local v = redis.call('get', KEYS[1])
+if v == false or v == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 end
+if ARGV[3] ~= '' and (v == ARGV[3] or string.sub(v, 1, #ARGV[3] + 1) == ARGV[3] .. '.') then
+  if 2 * redis.call('ttl', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1
+  end
+  return -1
+end
 return 0
 """
 _DELETE_IF_MINE = """
@@ -61,29 +72,30 @@ class LeaderLock:
     """A Redis lock per hotkey with a TTL: only the holder sets weights."""
 
     def __init__(
-        self, client: redis.Redis | None, hotkey: str, ttl_s: int = 600, token: str | None = None
+        self, client: redis.Redis | None, hotkey: str, ttl_s: int = 600, holder: str | None = None
     ) -> None:
-        """`token` names the holder. A stable one (host and workdir) lets a restarted process take
-        its own lock back at once instead of waiting out the TTL after a crash."""
-        self.client, self.key, self.ttl_s = client, f"gauntlet:leader:{hotkey}", ttl_s
-        self.token = token or uuid.uuid4().hex
-        # Lua scripts run atomically in Redis (registered once, then called by their SHA)
-        self._extend = client.register_script(_EXTEND_IF_MINE) if client is not None else None
+        """`holder` is the work folder's id: a restarted process takes over its own lock once it
+        has gone unrenewed for half the TTL instead of waiting all of it out after a crash, while
+        a live copy of the work folder keeps it (validator/state/holder.py)."""
+        self.client, self.key, self.ttl_s, self.holder = client, f"gauntlet:leader:{hotkey}", ttl_s, holder
+        self.token = incarnation(holder) if holder is not None else uuid.uuid4().hex
+        # Lua scripts run atomically in Redis (registered once, then called by their SHA): a
+        # get-then-set could take or extend a new holder's lock
+        self._take = client.register_script(_TAKE) if client is not None else None
         self._delete = client.register_script(_DELETE_IF_MINE) if client is not None else None
 
     def acquire(self) -> bool:
         """Take or extend the lock; False when another process holds it or Redis is unreachable."""
-        if self.client is None:
+        if self.client is None or self._take is None:
             return True  # no Redis: a single process by declaration (the service uses the lease then)
         try:
-            if self.client.set(self.key, self.token, nx=True, ex=self.ttl_s):
-                return True
-            # extend only if still ours, atomically (a get-then-expire could extend a new holder's lock)
-            assert self._extend is not None
-            return bool(self._extend(keys=[self.key], args=[self.token, self.ttl_s]))
+            taken = int(self._take(keys=[self.key], args=[self.token, self.ttl_s, self.holder or ""]))
         except redis.RedisError as e:
             log.warning("leader_lock_unavailable", error=str(e))
             return False
+        if taken < 0:
+            log.warning("leader_id_shared", holder=self.holder, detail=SHARED)
+        return taken == 1
 
     def release(self) -> None:
         if self.client is None:
