@@ -24,7 +24,7 @@ COMMITTED: Final = "committed"
 WINDOW_STATES: Final = (OPEN, "scored", COMMITTED)
 # A window's `timings` entry on its evaluation workers (validator/workers/stats.py writes it)
 WORKER_TIMINGS: Final = "evaluation_workers"
-WEIGHT_OUTCOMES: Final = frozenset({"ok", "failed", "skipped"})
+WEIGHT_OUTCOMES: Final = frozenset({"ok", "failed", "skipped", "withheld"})
 
 JsonMap = Mapping[str, Any]
 

@@ -245,6 +245,9 @@ class FakeSubstrate:
         if any(uid >= len(self.neurons) for uid in call.params.get("dests", [])):
             name = "UidVecContainInvalidOne"  # the pallet refuses a set naming a uid it does not hold
             return ExtrinsicResult(success=False, message=name, error=ChainError(name, name))
+        if self._over_max_share(call, str(keypair.ss58_address)):
+            name = "MaxWeightExceeded"  # the pallet's check of the largest share (a self-weight is exempt)
+            return ExtrinsicResult(success=False, message=name, error=ChainError(name, name))
         self._apply(call, str(keypair.ss58_address))
         return ExtrinsicResult(
             success=True,
@@ -309,6 +312,12 @@ class FakeSubstrate:
         self, call: Any, keypair: Any, multisig_account: Any, **_options: Any
     ) -> ExtrinsicResult:
         raise NotImplementedError("FakeSubstrate.submit_multisig")
+
+    def _over_max_share(self, call: FakeCall, signer: str) -> bool:
+        dests, values = call.params.get("dests", []), call.params.get("weights", [])
+        if call.function != "set_mechanism_weights" or not values or list(dests) == [self._uid(signer)]:
+            return False
+        return max(values) * 65535 > self.max_weights_limit * sum(values)
 
     def _apply(self, call: FakeCall, signer: str) -> None:
         uid = self._uid(signer)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import bittensor as bt
 import pytest
+from bittensor.keyfiles import Keypair
 
 from tests.fake_substrate import GENESIS_MS, FakeSubstrate
 from validator.chain import subtensor
@@ -22,7 +23,7 @@ from validator.chain.protocol import (
     window_of,
 )
 from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
-from validator.round.weighing import conformed
+from validator.round.weighing import carried, conformed
 
 NETUID = 3
 PEER = "5FHneW46xGXgs5mUiveU4sbTyGBzmstUspZC92UhjJM694ty"
@@ -300,6 +301,32 @@ def test_the_subnets_limits_are_read_and_a_self_weight_is_exempt(config: Subtens
         # a weight the quantisation drops does not count towards the minimum
         assert chain.set_weights(conformed({1: 1.0, 2: 1e-9}, 0, [0, 1, 2], limits)).ok
         assert chain.set_weights(conformed({}, 0, [0, 1, 2], limits)).ok  # a self-weight alone
+    finally:
+        chain.close()
+
+
+def test_a_padded_set_passes_the_subnets_largest_share_through_the_sdk(config: SubtensorChainConfig) -> None:
+    """Through the SDK's own clip and the pallet's check: three paid uids under a largest share of
+    0.4 and a minimum of 6 are padded and accepted, the pads at a few u16 steps; two cannot carry
+    it: the SDK names each at 1/2 and the chain refuses the set (the caller withholds instead)."""
+    fake = FakeSubstrate(netuid=NETUID, head=100, min_allowed_weights=6, max_weights_limit=26214)
+    chain = SubtensorChain(config, client=bt.Subtensor("local", substrate=fake))
+    try:
+        fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
+        for i in range(7):
+            fake.register(Keypair.create_from_uri(f"//Peer{i}").ss58_address, "5Cold")
+        limits = chain.weight_limits()
+        assert limits == WeightLimits(6, 26214 / 65535)
+        uids = list(range(8))
+        padded = conformed({5: 0.6, 6: 0.3, 7: 0.1}, 0, uids, limits)
+        assert carried({5: 0.6, 6: 0.3, 7: 0.1}, limits) and chain.set_weights(padded).ok
+        sent = dict(fake.weights[0])
+        assert max(sent.values()) * 65535 <= 26214 * sum(sent.values())
+        assert all(sent[u] <= 8 for u in (0, 1, 2))  # pads at a few u16 steps of the largest
+        assert not carried({5: 0.7, 6: 0.3}, limits)
+        refused = chain.set_weights(conformed({5: 0.7, 6: 0.3}, 0, uids, limits))
+        assert not refused.ok
+        assert chain.set_weights({0: 1.0}).ok  # the self-weight the caller sends instead
     finally:
         chain.close()
 

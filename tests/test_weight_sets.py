@@ -16,7 +16,7 @@ from scoring.weights import RankWeights, RankWeightsConfig
 from storage.records import WeightSetRecord
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.chain.protocol import WeightLimits
-from validator.round.weighing import U16_MAX, Weigher, WeightSchedule, conformed
+from validator.round.weighing import U16_MAX, Weigher, WeightSchedule, carried, conformed
 from validator.telemetry.events import LeaderLock
 from validator.telemetry.metrics import Metrics
 
@@ -92,12 +92,57 @@ def test_conformed(
     assert conformed(weights, own, [3, 2, 1, 0], WeightLimits(minimum)) == expected
 
 
-def test_no_padding_when_the_subnets_largest_share_would_clip_the_set() -> None:
-    """The SDK clips a share above MaxWeightsLimit and spreads the excess over the others: pads
-    would be paid for real (5 % each at a limit of 0.25). The set goes as it is, and is refused."""
-    paid = {5: 0.6, 6: 0.3, 7: 0.1}
-    assert conformed(paid, 0, [0, 1, 2, 3, 4, 5, 6, 7], WeightLimits(8, 0.25)) == paid
-    assert len(conformed(paid, 0, [0, 1, 2, 3, 4, 5, 6, 7], WeightLimits(8, 0.7))) == 8
+def test_padding_only_when_the_paid_uids_can_carry_the_subnets_largest_share() -> None:
+    """The SDK clips a share above MaxWeightsLimit and spreads the excess over the others: with too
+    few paid uids to carry it, pads would be paid for real (5 % each at a limit of 0.25), so the
+    caller withholds. Three paid uids carry a limit of 0.4 (they used to go unpadded, and were
+    refused under the minimum, every window)."""
+    paid, uids = {5: 0.6, 6: 0.3, 7: 0.1}, [0, 1, 2, 3, 4, 5, 6, 7]
+    assert not carried(paid, WeightLimits(8, 0.25))
+    assert conformed(paid, 0, uids, WeightLimits(8, 0.25)) == paid
+    assert carried(paid, WeightLimits(8, 0.4)) and len(conformed(paid, 0, uids, WeightLimits(8, 0.4))) == 8
+    assert carried({1: 0.25, 2: 0.25, 3: 0.25, 4: 0.25}, WeightLimits(0, 0.25))  # exactly at the limit
+    assert not carried({1: 1.0, 2: 1e-9}, WeightLimits(0, 0.5))  # a share the quantisation drops
+
+
+def _limited(tmp_path: Path, minimum: int, max_share: float) -> LocalChain:
+    limit = round(max_share * U16_MAX)
+    chain = LocalChain(
+        LocalChainConfig(tmp_path / "chain.db", min_allowed_weights=minimum, max_weights_limit=limit)
+    )
+    for hotkey in (VALIDATOR, "a", "b", "c", "d", "e", "f", "g"):  # uids 0-7
+        chain.register(hotkey)
+    return chain
+
+
+def test_a_set_the_paid_uids_cannot_carry_is_withheld_and_its_work_stays_owed(tmp_path: Path) -> None:
+    """Two paid peers under a largest share of 0.3: the SDK named each at 1/2 and the chain refused
+    the set every window, leaving the last vector in force (a vector paying a peer banned since).
+    A self-weight withdraws it; the schedule does not move, and the next set's longer period pays
+    enough peers to carry the limit, the withheld work included."""
+    chain, records = _limited(tmp_path, minimum=6, max_share=0.3), []
+    assert not chain.set_weights({1: 0.7, 2: 0.3}).ok  # the old way: refused, every window
+    weigher = _weigher(chain, records)
+    weigher.schedule.paid_since = 2
+    held = weigher.maybe_set(3, _state(3, ("a", 1), ("b", 2)))
+    assert held is not None and held.outcome == "withheld" and "MaxWeightsLimit" in (held.error or "")
+    assert chain.weight_sets()[-1].weights == {0: 1.0}  # the last vector withdrawn
+    assert weigher.schedule.paid_since == 2 and not weigher.schedule.retry_pending
+    assert weigher.schedule.paid_windows(4) == 2  # windows 3 and 4: the withheld one is still owed
+    late = RatingState(
+        {
+            **_state(3, ("a", 1), ("b", 2)).peers,
+            **_state(4, ("c", 3), ("d", 4)).peers,
+        },
+        4,
+    )
+    paid = weigher.maybe_set(4, late)
+    assert paid is not None and paid.outcome == "ok", paid
+    sent = chain.weight_sets()[-1].weights
+    assert {1, 2, 3, 4} <= set(sent) and len(sent) == 6  # the four paid (window 3's too), two pads
+    assert max(sent.values()) <= 0.3 * sum(sent.values()) + 1e-9
+    assert all(sent[u] < 1e-3 * max(sent.values()) for u in set(sent) - {1, 2, 3, 4})  # pads: nothing
+    assert weigher.schedule.paid_since == 4
 
 
 def test_a_process_behind_the_last_set_does_not_set_again(tmp_path: Path) -> None:

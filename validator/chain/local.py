@@ -44,6 +44,8 @@ class LocalChainConfig:
     poll_seconds: float = 0.05  # when another process drives the clock
     weights_rate_limit: int = 0  # blocks between weight sets, as the subnet's hyperparameter
     min_allowed_weights: int = 0  # the fewest uids a set may name (a self-weight alone is exempt)
+    # the largest share one uid may take, in 65535ths (MaxWeightsLimit; a self-weight is exempt)
+    max_weights_limit: int = 65535
 
     def __post_init__(self) -> None:
         if not self.validator_hotkey:
@@ -52,6 +54,8 @@ class LocalChainConfig:
             raise ValueError("block_seconds and poll_seconds must be > 0")
         if self.weights_rate_limit < 0 or self.min_allowed_weights < 0:
             raise ValueError("weights_rate_limit and min_allowed_weights must be >= 0")
+        if not 0 < self.max_weights_limit <= 65535:
+            raise ValueError("max_weights_limit must be in 1..65535")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +125,7 @@ class LocalChain:
         return self.config.validator_hotkey
 
     def weight_limits(self) -> WeightLimits:
-        return WeightLimits(self.config.min_allowed_weights)
+        return WeightLimits(self.config.min_allowed_weights, self.config.max_weights_limit / 65535)
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         hotkey = self.config.validator_hotkey
@@ -131,6 +135,8 @@ class LocalChain:
             if error:
                 return WeightOutcome(False, error, head)
             clean = {int(uid): float(w) for uid, w in sorted(weights.items())}
+            if error := self._check_share(db, clean):
+                return WeightOutcome(False, error, head)
             db.execute(
                 "INSERT INTO weight_sets (block, hotkey, weights) VALUES (?, ?, ?)",
                 (head, hotkey, json.dumps(clean)),
@@ -163,6 +169,23 @@ class LocalChain:
         limit = self.config.weights_rate_limit
         if last is not None and limit and head - int(last) < limit:
             return f"SettingWeightsTooFast: last set at block {last}, rate limit {limit} blocks"
+        return ""
+
+    def _check_share(self, db: sqlite3.Connection, weights: dict[int, float]) -> str:
+        """The SDK's clip to MaxWeightsLimit (its own code: it spreads what it clips over the
+        others, evenly when too few are named), then the chain's check of the largest share; a
+        self-weight is exempt from both. Clips `weights` in place, as the SDK would send them."""
+        limit = self.config.max_weights_limit / 65535
+        own = db.execute(
+            "SELECT uid FROM neurons WHERE hotkey = ?", (self.config.validator_hotkey,)
+        ).fetchone()
+        if limit >= 1 or set(weights) == {int(own[0])}:
+            return ""
+        from bittensor.intents.weights import clip_to_max_weight  # the SDK's, imported when a limit binds
+
+        weights.update(zip(weights, clip_to_max_weight(list(weights.values()), limit), strict=True))
+        if (share := max(weights.values()) / sum(weights.values())) > limit + 1e-9:
+            return f"MaxWeightExceeded: {share:.4f} of the weight on one uid"
         return ""
 
     # Controls for the demo and tests ---------------------------------------------------

@@ -170,7 +170,7 @@ def _run_window(rnd: Round, state: WindowState, window: int, *, salvage: bool) -
         rnd.publisher.publish(doc)
     with stages("weights"):
         weights = rnd.weigher.maybe_set(window, scored.ratings)
-        if weights is not None and weights.outcome == "ok":
+        if weights is not None and weights.outcome in ("ok", "withheld"):
             rnd.events.publish("weights_set", window, uids=list(weights.uids))
     _report_metrics(rnd, window, scored.peers, scored.eval_seconds)
     rnd.events.publish("window_committed", window, selected=list(scored.selection.gather), base=gm.base)

@@ -95,6 +95,8 @@ class Weigher:
             return self._done(_record(window, None, {}, "failed", f"metagraph: {e}"[:500]))
         paid = weights_for(registered(ratings, neurons), window, self.policy, covered)
         own = next((n.uid for n in neurons if n.hotkey == self.chain.hotkey), None)
+        if paid and not carried(paid, limits):
+            return self._withhold(window, own, paid, limits)
         weights = conformed(paid, own, [n.uid for n in neurons], limits)
         stray = sorted(set(weights) - {n.uid for n in neurons})
         if stray:  # only a configured burn uid can be: peers and pads are read from the metagraph
@@ -115,6 +117,28 @@ class Weigher:
             log.info("weights_self", window=window, ok=outcome.ok)  # withdraws the last vector
         result, error = ("ok", None) if outcome.ok else ("failed", outcome.message)
         return self._done(_record(window, outcome.block, weights, result, error))
+
+    def _withhold(
+        self, window: int, own: int | None, paid: dict[int, float], limits: WeightLimits
+    ) -> WeightSetRecord:
+        """Too few paid uids to take all the pay under the subnet's largest share: the SDK spreads
+        the excess evenly (every uid named at 1/n, over the limit), and the chain refuses the set,
+        every window, leaving the last vector in force; spread over pads or the burn uid, it pays
+        them for real. A self-weight (exempt from the limit) withdraws the last vector instead, and
+        the schedule does not move: the work stays owed, to a later set whose period, longer, pays
+        enough peers to carry it."""
+        named = len(kept_uids(paid))
+        reason = (
+            f"{named} paid uids cannot carry all the pay at {limits.max_share:.4g} a uid (MaxWeightsLimit)"
+        )
+        log.warning("weights_withheld", window=window, paid=named, max_share=limits.max_share)
+        if own is None:
+            return self._done(_record(window, None, {}, "skipped", f"{reason}; the validator holds no uid"))
+        outcome = self._set({own: 1.0})
+        self.schedule.retry_pending = not outcome.ok
+        if outcome.ok:
+            return self._done(_record(window, outcome.block, {own: 1.0}, "withheld", reason))
+        return self._done(_record(window, outcome.block, {own: 1.0}, "failed", outcome.message))
 
     def _set(self, weights: dict[int, float]) -> WeightOutcome:
         try:
@@ -151,6 +175,19 @@ def registered(ratings: RatingState, neurons: Sequence[Neuron]) -> RatingState:
     return RatingState(kept, ratings.window)
 
 
+def kept_uids(weights: dict[int, float]) -> set[int]:
+    """The uids the chain's u16 quantisation keeps (1 of 65535 of the largest, or more)."""
+    top = max(weights.values(), default=0.0)
+    return {u for u, w in weights.items() if top > 0 and round(w / top * U16_MAX) >= 1}
+
+
+def carried(weights: dict[int, float], limits: WeightLimits) -> bool:
+    """Whether the named uids can take all the weight with none above the subnet's largest share:
+    the SDK clips the larger shares and spreads the excess over the others, which needs at least
+    1 / max_share of them (a few u16 steps of slack for the quantisation)."""
+    return len(kept_uids(weights)) * limits.max_share >= 1 - 1e-4
+
+
 def conformed(
     weights: dict[int, float], own: int | None, uids: Sequence[int], limits: WeightLimits
 ) -> dict[int, float]:
@@ -161,16 +198,16 @@ def conformed(
     (counting those the chain's u16 quantisation keeps): the chain refuses the set, every window,
     and the last vector again stays; so the set is padded with the validator's own uid, then the
     lowest registered uids, each at the least weight the quantisation keeps (1 of 65535 of the
-    largest: nothing anyone could earn by). Not when the subnet's largest share would clip the set:
-    the SDK spreads what it clips over the others, pads included, which would pay them for real;
-    the chain then refuses the set, recorded and retried, for the operator to see."""
+    largest, a few once the SDK clips the largest to the subnet's largest share: nothing anyone
+    could earn by). Not when the paid uids cannot carry the weights under that share (`carried`):
+    the SDK would spread the excess over the pads, paying them for real (the caller withholds)."""
     if not weights:
         return {} if own is None else {own: 1.0}
     top = max(weights.values())
-    kept = {u for u, w in weights.items() if round(w / top * U16_MAX) >= 1}
+    kept = kept_uids(weights)
     if len(kept) >= limits.min_weights:
         return weights
-    if top / sum(weights.values()) > limits.max_share:
+    if not carried(weights, limits):
         log.warning(
             "weights_not_padded", named=len(kept), minimum=limits.min_weights, max_share=limits.max_share
         )
