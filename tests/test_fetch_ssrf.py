@@ -58,6 +58,14 @@ def test_non_public_dotted_quads_are_refused(host: str) -> None:
     assert info.value.reason == "private_host"
 
 
+def test_port_0_is_refused() -> None:
+    """Downstream `port or 443` read 0 as no port: the connection went to 443, the Host header
+    and the signed URL named :0."""
+    with pytest.raises(LocationError) as info:
+        parse_location("https://example.org:0/bucket")
+    assert info.value.reason == "bad_url"
+
+
 def test_public_names_and_addresses_still_parse() -> None:
     for host in ("8.8.8.8", "acc.r2.cloudflarestorage.com", "s3.eu-west-1.amazonaws.com", "a1b2.example.org"):
         assert parse_location(f"https://{host}/bucket").host == host
@@ -75,6 +83,8 @@ def test_public_names_and_addresses_still_parse() -> None:
         ("2002:7f00:1::1", False), ("2002:a9fe:a9fe::", False), ("2002:a00:1::1", False),
         ("fec0::1", False), ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False), ("64:ff9b::a00:1", False),
         ("2002:808:808::1", False), ("2a00:1450:4001:80b::200e", True),
+        # protocol assignments, global to Python before 3.11.10 / 3.12.4
+        ("192.0.0.8", False), ("192.0.0.100", False), ("::ffff:192.0.0.9", False), ("192.0.1.1", True),
     ],
 )  # fmt: skip
 def test_public_addresses(address: str, public: bool) -> None:

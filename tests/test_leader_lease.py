@@ -14,9 +14,9 @@ from storage.db import DatabaseConfig, make_engine
 from storage.models import LeaderLease
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.settings import Settings
-from validator.state.holder import HOLDER_FILE, holder_id
 from validator.state.leader_lease import LeaseLock
 from validator.telemetry.events import LeaderLock, connect
+from validator.telemetry.holder import HOLDER_FILE, holder_id
 from validator.wiring import leader_lock, open_ledger
 
 REDIS = "redis://127.0.0.1:6379/0"

@@ -33,13 +33,13 @@ from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
 from validator.round.weighing import Weigher, WeightSchedule
 from validator.settings import Settings
-from validator.state.holder import holder_id
 from validator.state.leader_lease import LeaseLock
 from validator.state.ledger import Ledger
 from validator.state.scratch import Scratch
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, open_store
 from validator.telemetry.events import LeaderLock, Lock, NullEvents, RedisEvents, connect
+from validator.telemetry.holder import holder_id
 from validator.telemetry.metrics import Metrics
 from validator.workers.setup import start_remote
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.leases import drop_lease, lease_holder, take_lease
-from validator.state.holder import SHARED, incarnation, is_kin
+from validator.telemetry.holder import SHARED, incarnation, is_kin
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +38,7 @@ class LeaseLock:
     ) -> None:
         """`holder` is the work folder's id (`holder_id`): a restarted process takes over its own
         lease once it has gone unrenewed for half the TTL, not the whole of it, while a live copy
-        of the work folder keeps it (validator/state/holder.py). One attempt a call: a lease that
+        of the work folder keeps it (validator/telemetry/holder.py). One attempt a call: a lease that
         cannot be read is a follower's window, and retrying held each window (and the release at
         shutdown) for about 8 s with the database refusing connections."""
         self.engine, self.name, self.ttl_s, self.holder = engine, f"leader:{hotkey}", ttl_s, holder

@@ -115,6 +115,8 @@ def parse_location(text: str, policy: LocationPolicy | None = None) -> StorageLo
         raise LocationError("bad_url", str(error)) from None
     if parts.fragment:
         raise LocationError("bad_url", "a fragment is not allowed")
+    if port == 0:  # read as "no port" downstream: the Host header and the connection disagreed
+        raise LocationError("bad_url", "port 0 is not a port")
     if parts.scheme == "file":
         return _parse_file(parts.netloc, parts.path, parts.query, policy)
     if parts.scheme not in ("https", "http"):

@@ -109,6 +109,10 @@ _GLOBAL_UNICAST = ipaddress.IPv6Network("2000::/3")
 _TUNNELS = (ipaddress.IPv6Network("2002::/16"), ipaddress.IPv6Network("2001::/32"))
 
 
+# IETF protocol assignments: Python before 3.11.10 / 3.12.4 calls most of 192.0.0.0/24 global
+_PROTOCOL_ASSIGNMENTS = ipaddress.IPv4Network("192.0.0.0/24")
+
+
 def is_public(address: IPAddress) -> bool:
     """A globally routable unicast address; anything else is internal to someone."""
     if isinstance(address, ipaddress.IPv6Address):
@@ -116,6 +120,8 @@ def is_public(address: IPAddress) -> bool:
             return is_public(address.ipv4_mapped)
         if address not in _GLOBAL_UNICAST or any(address in net for net in _TUNNELS):
             return False
+    elif address in _PROTOCOL_ASSIGNMENTS:
+        return False
     return address.is_global and not (
         address.is_multicast or address.is_reserved or address.is_unspecified or address.is_loopback
     )

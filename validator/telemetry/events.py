@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import redis
 import structlog
 
-from validator.state.holder import SHARED, incarnation
+from validator.telemetry.holder import SHARED, incarnation
 
 EVENTS_CHANNEL = "gauntlet:events"  # the API relays this channel as server-sent events
 log = structlog.get_logger(__name__)
@@ -42,7 +42,7 @@ class RedisEvents:
 
 
 # take the lock if free, extend it if ours; take it from another incarnation of our id (ARGV[3],
-# validator/state/holder.py) only once it has gone unrenewed for half the TTL, else answer -1
+# validator/telemetry/holder.py) only once it has gone unrenewed for half the TTL, else answer -1
 _TAKE = """
 local v = redis.call('get', KEYS[1])
 if v == false or v == ARGV[1] then redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 end
@@ -76,7 +76,7 @@ class LeaderLock:
     ) -> None:
         """`holder` is the work folder's id: a restarted process takes over its own lock once it
         has gone unrenewed for half the TTL instead of waiting all of it out after a crash, while
-        a live copy of the work folder keeps it (validator/state/holder.py)."""
+        a live copy of the work folder keeps it (validator/telemetry/holder.py)."""
         self.client, self.key, self.ttl_s, self.holder = client, f"gauntlet:leader:{hotkey}", ttl_s, holder
         self.token = incarnation(holder) if holder is not None else uuid.uuid4().hex
         # Lua scripts run atomically in Redis (registered once, then called by their SHA): a
