@@ -46,6 +46,8 @@ class Settings(BaseSettings):
     storage_host_suffixes: list[str] = []  # trusted peer storage providers (empty: any public host)
     allow_any_storage_host: bool = False  # a real subnet with no suffixes must say so explicitly
     upload_poll_s: float = Field(default=2.0, gt=0)  # HEAD polls observing uploads (real subnets)
+    # with allow_any_storage_host, at most this many polls a second to one host (0: no cap)
+    poll_host_rate: float = Field(default=32.0, ge=0)
     selection_location: str | None = None  # where the signed selection is published (commitment syntax)
     # Write credentials of those two buckets, kept out of the URLs (and so out of config files):
     # GAUNTLET_ARCHIVE_SECRET_ACCESS_KEY or GAUNTLET_ARCHIVE_SECRET_ACCESS_KEY_FILE, and so on.

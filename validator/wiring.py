@@ -195,6 +195,7 @@ def fetch_config(s: Settings, max_bytes: int, locations: LocationPolicy) -> Fetc
         allow_private_hosts=locations.allow_private_hosts,  # local subnets serve peers on loopback
         # wall-clock polls observe uploads only beside a real chain, whose block times are wall clock
         poll_interval_s=s.upload_poll_s if s.chain == "subtensor" else 0.0,
+        poll_host_rate=s.poll_host_rate,
         window_s=s.blocks_per_window * BLOCK_SECONDS,
         spool_dir=Path(s.workdir) / "spool",  # submissions stream to disk, never whole in memory
         sightings_dir=Path(s.workdir) / "sightings",  # the polls' evidence outlives a restart

@@ -36,6 +36,9 @@ class FetchConfig:
     allow_private_hosts: bool = False  # tests and local subnets only: peers on 127.0.0.1
     poll_interval_s: float = 0.0  # HEAD polls during the put window to observe uploads; 0: off
     poll_lead_s: float = 30.0  # polls start this long before the put window is expected to open
+    # polls a second to one host when peers run their own stores (`stores_trusted` False): a crowd
+    # naming one victim's host made every validator a source of traffic against it; 0: no cap
+    poll_host_rate: float = 32.0
     window_s: float = 0.0  # seconds from one window's put window to the next's (polls need it)
     # bodies are written here, one file per object key, instead of being held in memory (issue 14)
     spool_dir: Path | None = None

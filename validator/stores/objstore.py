@@ -39,6 +39,7 @@ from validator.stores.fetch_types import (
 )
 from validator.stores.peer_fetch import Headed, failed, get_step, head_step, probe
 from validator.stores.peer_http import HttpLimits, PeerHttp
+from validator.stores.poll_throttle import HostThrottle
 from validator.stores.sightings import Kept, Poller, PollSchedule, Sightings
 from validator.stores.sightings_file import SightingsFolder
 
@@ -191,7 +192,9 @@ class Fetcher:
         if self._saved is not None:  # a restarted process continues the polls an earlier one began
             earlier = resume if resume is not None else self._saved.load(window)
             kept = Kept(earlier, partial(self._saved.save, window))
-        poller = Poller(head, remote, self.limits(), schedule, kept=kept)
+        rate = self.config.poll_host_rate
+        throttle = HostThrottle(rate) if rate > 0 and not self.config.stores_trusted else None
+        poller = Poller(head, remote, self.limits(), schedule, kept=kept, throttle=throttle)
         self._pollers[window] = poller.start()
 
     def observed(self, window: int) -> Sightings | None:

@@ -21,6 +21,7 @@ import structlog
 from validator.stores.fetch_types import FetchRequest
 from validator.stores.hostcheck import HostRefused
 from validator.stores.peer_http import HttpLimits, PeerHttp, StoreError
+from validator.stores.poll_throttle import HostThrottle
 
 log = structlog.get_logger(__name__)
 
@@ -115,12 +116,13 @@ class Poller:
         *,
         clock: Callable[[], float] = time.time,
         kept: Kept | None = None,
+        throttle: HostThrottle | None = None,
     ) -> None:
         earlier = None if kept is None else kept.earlier
         self.sightings = earlier if earlier is not None else Sightings()
         self._save = None if kept is None else kept.save
         self._probe, self._requests, self._limits = probe, list(requests), limits
-        self._schedule, self._clock = schedule, clock
+        self._schedule, self._clock, self._throttle = schedule, clock, throttle
         # a slow answer stretches its peer's cycle (and so resolution) instead of being thrown away
         self._timeout = schedule.head_timeout_s
         self._stop = threading.Event()
@@ -162,6 +164,10 @@ class Poller:
         next_at, warned = self._schedule.start_at, False
         while await self._sleep_until(next_at) and self._clock() < self._schedule.stop_at:
             next_at = self._clock() + self._schedule.interval_s
+            if self._throttle is not None:  # its turn among the polls of the same host
+                await self._throttle.wait(request.location.host)
+                if self._stop.is_set() or self._clock() >= self._schedule.stop_at:
+                    return
             try:
                 await self._one(http, request)
             except Exception as error:  # unforeseen: this poll says nothing, the polling goes on
