@@ -5,6 +5,10 @@ HEAD every peer's key every `upload_poll_s` (2 s): a crowd of identities naming 
 made every validator a source of traffic against it (200 identities: 100 requests and TLS
 handshakes a second from each validator). Polls to one host are spaced at least 1 / `rate` s apart,
 whoever asked for them: the crowd's polls stretch, and only their own sightings' resolution.
+
+The key is the host's name, not its address: one provider's anycast addresses serve every
+account's name, and keyed by address honest peers sharing them would be slowed together. So a
+crowd given one name each under a wildcard DNS record is not capped (README, threat table).
 """
 
 from __future__ import annotations
