@@ -43,9 +43,11 @@ def test_a_restarted_holder_takes_its_own_lease_over_once_it_goes_unrenewed(engi
     half the TTL (a live holder renews every third), not the whole TTL; a holder from before
     incarnations (its bare id) counts as its own too."""
     now = [1000.0]
-    first = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", clock=lambda: now[0])
+    first = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", process="p1", clock=lambda: now[0])
     assert first.acquire()
-    restarted = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", clock=lambda: now[0])
+    rebuilt = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", process="p1", clock=lambda: now[0])
+    assert rebuilt.acquire()  # a round rebuilt in the same process renews its own lock at once
+    restarted = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", process="p2", clock=lambda: now[0])
     assert restarted.token != first.token
     now[0] += 299
     assert not restarted.acquire()  # renewed 299 s ago: its holder may be alive
@@ -66,7 +68,7 @@ def test_a_copy_of_the_work_folder_never_leads_beside_its_original(engine: Engin
     after window; the copy takes over within half the TTL once the original stops."""
     now, window = [1000.0], 100.0
     original, copy = (
-        LeaseLock(engine, "hk", ttl_s=3 * window, holder="id", clock=lambda: now[0]) for _ in "ab"
+        LeaseLock(engine, "hk", ttl_s=3 * window, holder="id", process=p, clock=lambda: now[0]) for p in "ab"
     )
     leaders = []
     for step in range(30):
@@ -93,8 +95,9 @@ def test_the_redis_lock_tells_incarnations_apart_the_same_way() -> None:
     assert client is not None
     hotkey = f"hk-{uuid.uuid4().hex}"
     try:
-        first, restarted = (LeaderLock(client, hotkey, ttl_s=60, holder="host-a") for _ in "ab")
+        first, restarted = (LeaderLock(client, hotkey, ttl_s=60, holder="host-a", process=p) for p in "ab")
         assert first.acquire() and first.acquire()
+        assert LeaderLock(client, hotkey, ttl_s=60, holder="host-a", process="a").acquire()  # rebuilt
         assert not restarted.acquire()  # renewed just now
         assert not LeaderLock(client, hotkey, ttl_s=60, holder="host-a_").acquire()
         client.expire(f"gauntlet:leader:{hotkey}", 29)  # unrenewed for 31 s of 60
@@ -133,6 +136,15 @@ def test_two_validators_on_one_database_without_redis_have_one_leader(tmp_path: 
         )
         assert isinstance(first, LeaseLock) and first.acquire()
         assert not second.acquire()
+        # a round rebuilt after a failure builds its lock again, in the same process: it leads on
+        # (with an incarnation per lock object it waited on itself for 1.5 windows; found in review)
+        assert leader_lock(one, ledgers[0], None, "5Validator").acquire()
+        client = connect(REDIS)
+        hotkey = f"hk-{uuid.uuid4().hex}"
+        assert leader_lock(one, ledgers[0], client, hotkey).acquire()
+        assert leader_lock(one, ledgers[0], client, hotkey).acquire()
+        assert not leader_lock(two, ledgers[1], client, hotkey).acquire()
+        assert client is not None and client.delete(f"gauntlet:leader:{hotkey}")
         first.release()
         assert second.acquire()
         assert not again.acquire()  # the first, restarted: the second holds the lease now

@@ -240,8 +240,10 @@ def chain_for(s: Settings) -> ChainLink:
 
 def leader_lock(s: Settings, ledger: Ledger, redis: Redis | None, hotkey: str) -> Lock:
     """Who sets weights for `hotkey`: the Redis lock, or without Redis the database's lease (two
-    processes on one database both led before). The holder is the work folder's own random id, so
-    a restarted process takes its own lock back at once."""
+    processes on one database both led before). The holder is the work folder's own random id and
+    this process's incarnation (validator/telemetry/holder.py): a round rebuilt in this process
+    renews its lock at once, a restarted process takes it over once it has gone unrenewed for half
+    its TTL, and a host started from a copy of the work folder never while the original renews it."""
     holder = holder_id(Path(s.workdir))
     ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
     if redis is not None:

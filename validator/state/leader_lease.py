@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.leases import drop_lease, lease_holder, take_lease
-from validator.telemetry.holder import SHARED, incarnation, is_kin
+from validator.telemetry.holder import PROCESS, SHARED, incarnation, is_kin
 
 log = structlog.get_logger(__name__)
 
@@ -33,6 +33,7 @@ class LeaseLock:
         *,
         ttl_s: float,
         holder: str,
+        process: str = PROCESS,
         db: DatabaseConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -42,7 +43,7 @@ class LeaseLock:
         cannot be read is a follower's window, and retrying held each window (and the release at
         shutdown) for about 8 s with the database refusing connections."""
         self.engine, self.name, self.ttl_s, self.holder = engine, f"leader:{hotkey}", ttl_s, holder
-        self.token = incarnation(holder)
+        self.token = incarnation(holder, process)
         self.db, self.clock = replace(db or DatabaseConfig(), retry_attempts=1), clock
 
     def acquire(self) -> bool:

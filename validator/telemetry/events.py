@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import redis
 import structlog
 
-from validator.telemetry.holder import SHARED, incarnation
+from validator.telemetry.holder import PROCESS, SHARED, incarnation
 
 EVENTS_CHANNEL = "gauntlet:events"  # the API relays this channel as server-sent events
 log = structlog.get_logger(__name__)
@@ -72,13 +72,18 @@ class LeaderLock:
     """A Redis lock per hotkey with a TTL: only the holder sets weights."""
 
     def __init__(
-        self, client: redis.Redis | None, hotkey: str, ttl_s: int = 600, holder: str | None = None
+        self,
+        client: redis.Redis | None,
+        hotkey: str,
+        ttl_s: int = 600,
+        holder: str | None = None,
+        process: str = PROCESS,
     ) -> None:
         """`holder` is the work folder's id: a restarted process takes over its own lock once it
         has gone unrenewed for half the TTL instead of waiting all of it out after a crash, while
         a live copy of the work folder keeps it (validator/telemetry/holder.py)."""
         self.client, self.key, self.ttl_s, self.holder = client, f"gauntlet:leader:{hotkey}", ttl_s, holder
-        self.token = incarnation(holder) if holder is not None else uuid.uuid4().hex
+        self.token = incarnation(holder, process) if holder is not None else uuid.uuid4().hex
         # Lua scripts run atomically in Redis (registered once, then called by their SHA): a
         # get-then-set could take or extend a new holder's lock
         self._take = client.register_script(_TAKE) if client is not None else None

@@ -40,9 +40,14 @@ def holder_id(workdir: Path) -> str:
     return token
 
 
-def incarnation(holder: str) -> str:
-    """This process's name under `holder`: `<holder>.<random>`."""
-    return f"{holder}.{uuid.uuid4().hex[:16]}"
+# this process's incarnation: one for the process's life, so that a round rebuilt after a failure
+# (a new lock object) renews its own lock instead of waiting on itself as on a crashed predecessor
+PROCESS = uuid.uuid4().hex[:16]
+
+
+def incarnation(holder: str, process: str = PROCESS) -> str:
+    """This process's name under `holder`: `<holder>.<process>`."""
+    return f"{holder}.{process}"
 
 
 def is_kin(stored: str, holder: str) -> bool:
