@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from validator.chain.protocol import (
     window_of,
 )
 from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
-from validator.round.weighing import carried, conformed
+from validator.round.weight_limits import accepted, conformed
 
 NETUID = 3
 PEER = "5FHneW46xGXgs5mUiveU4sbTyGBzmstUspZC92UhjJM694ty"
@@ -306,26 +307,37 @@ def test_the_subnets_limits_are_read_and_a_self_weight_is_exempt(config: Subtens
 
 
 def test_a_padded_set_passes_the_subnets_largest_share_through_the_sdk(config: SubtensorChainConfig) -> None:
-    """Through the SDK's own clip and the pallet's check: three paid uids under a largest share of
-    0.4 and a minimum of 6 are padded and accepted, the pads at a few u16 steps; two cannot carry
-    it: the SDK names each at 1/2 and the chain refuses the set (the caller withholds instead)."""
-    fake = FakeSubstrate(netuid=NETUID, head=100, min_allowed_weights=6, max_weights_limit=26214)
+    """Through the SDK's own clip and the pallet's check: paid sets that can carry the subnet's
+    largest share, padded to its minimum, are accepted, the pads at one u16 step (clipped onto the
+    limit by the SDK, the u16 rounding put 5 of 40 such sets over it, in review); two paid uids
+    cannot carry 0.4: the SDK names each at 1/2 and the chain refuses (the caller withholds)."""
+    fake = FakeSubstrate(netuid=NETUID, head=100, min_allowed_weights=19, max_weights_limit=16383)
     chain = SubtensorChain(config, client=bt.Subtensor("local", substrate=fake))
     try:
         fake.register(chain.hotkey, "5Cold", stake_rao=2_500_000_000_000, permit=True)
-        for i in range(7):
+        for i in range(30):
             fake.register(Keypair.create_from_uri(f"//Peer{i}").ss58_address, "5Cold")
         limits = chain.weight_limits()
-        assert limits == WeightLimits(6, 26214 / 65535)
-        uids = list(range(8))
-        padded = conformed({5: 0.6, 6: 0.3, 7: 0.1}, 0, uids, limits)
-        assert carried({5: 0.6, 6: 0.3, 7: 0.1}, limits) and chain.set_weights(padded).ok
-        sent = dict(fake.weights[0])
-        assert max(sent.values()) * 65535 <= 26214 * sum(sent.values())
-        assert all(sent[u] <= 8 for u in (0, 1, 2))  # pads at a few u16 steps of the largest
-        assert not carried({5: 0.7, 6: 0.3}, limits)
-        refused = chain.set_weights(conformed({5: 0.7, 6: 0.3}, 0, uids, limits))
-        assert not refused.ok
+        assert limits == WeightLimits(19, 16383 / 65535)
+        rng, uids, tried = random.Random(5), list(range(31)), 0
+        for _ in range(40):
+            paid = {20 - i: rng.random() for i in range(rng.randint(5, 18))}
+            sent = conformed(paid, 0, uids, limits)
+            if not accepted(sent, limits, 0):
+                continue
+            tried += 1
+            fake.head += 1000  # past the rate limit
+            assert chain.set_weights(sent).ok, paid
+            values = dict(fake.weights[0])
+            assert max(values.values()) * 65535 <= 16383 * sum(values.values())
+            assert all(values[u] == 1 for u in set(values) - set(paid))
+        assert tried >= 30
+        two = conformed({5: 0.7, 6: 0.3}, 0, uids, WeightLimits(0, 26214 / 65535))
+        assert not accepted(two, WeightLimits(0, 26214 / 65535), 0)
+        fake.max_weights_limit, fake.min_allowed_weights = 26214, 0
+        fake.head += 1000
+        assert not chain.set_weights(two).ok  # what the chain says to it
+        fake.head += 1000
         assert chain.set_weights({0: 1.0}).ok  # the self-weight the caller sends instead
     finally:
         chain.close()

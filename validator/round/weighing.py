@@ -16,11 +16,11 @@ from scoring.weights import WeightPolicy
 from storage.records import NOT_LEADER, WeightSetRecord
 from validator.chain.protocol import Chain, Neuron, WeightLimits, WeightOutcome
 from validator.round.rating import weights_for
+from validator.round.weight_limits import accepted, conformed, quantized
 from validator.telemetry.events import Lock
 from validator.telemetry.metrics import Metrics
 
 log = structlog.get_logger(__name__)
-U16_MAX = 65535  # the chain stores each weight as a u16 share of the largest
 
 
 @dataclass(slots=True)
@@ -95,8 +95,6 @@ class Weigher:
             return self._done(_record(window, None, {}, "failed", f"metagraph: {e}"[:500]))
         paid = weights_for(registered(ratings, neurons), window, self.policy, covered)
         own = next((n.uid for n in neurons if n.hotkey == self.chain.hotkey), None)
-        if paid and not carried(paid, limits):
-            return self._withhold(window, own, paid, limits)
         weights = conformed(paid, own, [n.uid for n in neurons], limits)
         stray = sorted(set(weights) - {n.uid for n in neurons})
         if stray:  # only a configured burn uid can be: peers and pads are read from the metagraph
@@ -109,6 +107,8 @@ class Weigher:
             return self._done(
                 _record(window, None, {}, "skipped", "nobody is paid and the validator holds no uid")
             )
+        if not accepted(weights, limits, own):  # the chain would refuse it, every window
+            return self._withhold(window, own, weights, limits)
         outcome = self._set(weights)
         self.schedule.retry_pending = not outcome.ok
         if outcome.ok:
@@ -119,19 +119,20 @@ class Weigher:
         return self._done(_record(window, outcome.block, weights, result, error))
 
     def _withhold(
-        self, window: int, own: int | None, paid: dict[int, float], limits: WeightLimits
+        self, window: int, own: int | None, weights: dict[int, float], limits: WeightLimits
     ) -> WeightSetRecord:
-        """Too few paid uids to take all the pay under the subnet's largest share: the SDK spreads
-        the excess evenly (every uid named at 1/n, over the limit), and the chain refuses the set,
-        every window, leaving the last vector in force; spread over pads or the burn uid, it pays
-        them for real. A self-weight (exempt from the limit) withdraws the last vector instead, and
-        the schedule does not move: the work stays owed, to a later set whose period, longer, pays
-        enough peers to carry it."""
-        named = len(kept_uids(paid))
+        """A set the chain would refuse: too few paid uids to carry the subnet's largest share
+        (MaxWeightsLimit: the SDK named each at 1/n, over it), or to reach its minimum with the uids
+        there are. Sent anyway it was refused every window, leaving the last vector in force; spread
+        over pads or the burn uid, the excess would pay them for real. A self-weight (exempt)
+        withdraws the last vector instead, and the schedule does not move: the work stays owed, to
+        a later set whose period, longer, pays enough peers to carry it."""
+        named = len(quantized(weights))
         reason = (
-            f"{named} paid uids cannot carry all the pay at {limits.max_share:.4g} a uid (MaxWeightsLimit)"
+            f"{named} uids cannot carry all the pay at {limits.max_share:.4g} a uid (MaxWeightsLimit) "
+            f"or reach {limits.min_weights} (MinAllowedWeights)"
         )
-        log.warning("weights_withheld", window=window, paid=named, max_share=limits.max_share)
+        log.warning("weights_withheld", window=window, named=named, max_share=limits.max_share)
         if own is None:
             return self._done(_record(window, None, {}, "skipped", f"{reason}; the validator holds no uid"))
         outcome = self._set({own: 1.0})
@@ -173,44 +174,3 @@ def registered(ratings: RatingState, neurons: Sequence[Neuron]) -> RatingState:
     if len(kept) < len(ratings.peers):
         log.info("weights_unregistered_left_out", peers=len(ratings.peers) - len(kept))
     return RatingState(kept, ratings.window)
-
-
-def kept_uids(weights: dict[int, float]) -> set[int]:
-    """The uids the chain's u16 quantisation keeps (1 of 65535 of the largest, or more)."""
-    top = max(weights.values(), default=0.0)
-    return {u for u, w in weights.items() if top > 0 and round(w / top * U16_MAX) >= 1}
-
-
-def carried(weights: dict[int, float], limits: WeightLimits) -> bool:
-    """Whether the named uids can take all the weight with none above the subnet's largest share:
-    the SDK clips the larger shares and spreads the excess over the others, which needs at least
-    1 / max_share of them (a few u16 steps of slack for the quantisation)."""
-    return len(kept_uids(weights)) * limits.max_share >= 1 - 1e-4
-
-
-def conformed(
-    weights: dict[int, float], own: int | None, uids: Sequence[int], limits: WeightLimits
-) -> dict[int, float]:
-    """`weights` as the chain takes them.
-
-    Nobody paid: the validator's own uid alone (a self-weight). Skipping the set instead left the
-    last vector in force, paying peers banned or gone since. Fewer uids than the subnet's minimum
-    (counting those the chain's u16 quantisation keeps): the chain refuses the set, every window,
-    and the last vector again stays; so the set is padded with the validator's own uid, then the
-    lowest registered uids, each at the least weight the quantisation keeps (1 of 65535 of the
-    largest, a few once the SDK clips the largest to the subnet's largest share: nothing anyone
-    could earn by). Not when the paid uids cannot carry the weights under that share (`carried`):
-    the SDK would spread the excess over the pads, paying them for real (the caller withholds)."""
-    if not weights:
-        return {} if own is None else {own: 1.0}
-    top = max(weights.values())
-    kept = kept_uids(weights)
-    if len(kept) >= limits.min_weights:
-        return weights
-    if not carried(weights, limits):
-        log.warning(
-            "weights_not_padded", named=len(kept), minimum=limits.min_weights, max_share=limits.max_share
-        )
-        return weights
-    spare = [u for u in dict.fromkeys([*([] if own is None else [own]), *sorted(uids)]) if u not in kept]
-    return weights | {u: top / U16_MAX for u in spare[: limits.min_weights - len(kept)]}
