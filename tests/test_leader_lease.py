@@ -16,7 +16,7 @@ from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
 from validator.settings import Settings
 from validator.state.leader_lease import LeaseLock
 from validator.telemetry.events import LeaderLock, connect
-from validator.telemetry.holder import HOLDER_FILE, holder_id
+from validator.telemetry.holder import HOLDER_FILE, Holder, holder_id
 from validator.wiring import leader_lock, open_ledger
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -24,7 +24,10 @@ REDIS = "redis://127.0.0.1:6379/0"
 
 def test_one_holder_at_a_time_until_its_lease_expires(engine: Engine) -> None:
     now = [1000.0]
-    a, b = (LeaseLock(engine, "hk", ttl_s=60, holder=t, clock=lambda: now[0]) for t in ("host-a", "host-b"))
+    a, b = (
+        LeaseLock(engine, "hk", ttl_s=60, holder=Holder(t), clock=lambda: now[0])
+        for t in ("host-a", "host-b")
+    )
     assert a.acquire() and a.acquire()  # renewed by its holder
     assert not b.acquire()
     now[0] += 59
@@ -35,7 +38,9 @@ def test_one_holder_at_a_time_until_its_lease_expires(engine: Engine) -> None:
     assert b.acquire() and not a.acquire()
     b.release()
     assert a.acquire()
-    assert LeaseLock(engine, "other hotkey", ttl_s=60, holder="host-b", clock=lambda: now[0]).acquire()
+    assert LeaseLock(
+        engine, "other hotkey", ttl_s=60, holder=Holder("host-b"), clock=lambda: now[0]
+    ).acquire()
 
 
 def test_a_restarted_holder_takes_its_own_lease_over_once_it_goes_unrenewed(engine: Engine) -> None:
@@ -43,15 +48,15 @@ def test_a_restarted_holder_takes_its_own_lease_over_once_it_goes_unrenewed(engi
     half the TTL (a live holder renews every third), not the whole TTL; a holder from before
     incarnations (its bare id) counts as its own too."""
     now = [1000.0]
-    first = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", process="p1", clock=lambda: now[0])
+    first = LeaseLock(engine, "hk", ttl_s=600, holder=Holder("host-a", "p1"), clock=lambda: now[0])
     assert first.acquire()
-    rebuilt = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", process="p1", clock=lambda: now[0])
+    rebuilt = LeaseLock(engine, "hk", ttl_s=600, holder=Holder("host-a", "p1"), clock=lambda: now[0])
     assert rebuilt.acquire()  # a round rebuilt in the same process renews its own lock at once
-    restarted = LeaseLock(engine, "hk", ttl_s=600, holder="host-a", process="p2", clock=lambda: now[0])
+    restarted = LeaseLock(engine, "hk", ttl_s=600, holder=Holder("host-a", "p2"), clock=lambda: now[0])
     assert restarted.token != first.token
     now[0] += 299
     assert not restarted.acquire()  # renewed 299 s ago: its holder may be alive
-    assert not LeaseLock(engine, "hk", ttl_s=600, holder="host-b", clock=lambda: now[0]).acquire()
+    assert not LeaseLock(engine, "hk", ttl_s=600, holder=Holder("host-b"), clock=lambda: now[0]).acquire()
     now[0] += 2
     assert restarted.acquire() and not first.acquire()
     with Session(engine) as s, s.begin():
@@ -68,7 +73,7 @@ def test_a_copy_of_the_work_folder_never_leads_beside_its_original(engine: Engin
     after window; the copy takes over within half the TTL once the original stops."""
     now, window = [1000.0], 100.0
     original, copy = (
-        LeaseLock(engine, "hk", ttl_s=3 * window, holder="id", process=p, clock=lambda: now[0]) for p in "ab"
+        LeaseLock(engine, "hk", ttl_s=3 * window, holder=Holder("id", p), clock=lambda: now[0]) for p in "ab"
     )
     leaders = []
     for step in range(30):
@@ -83,11 +88,11 @@ def test_a_copy_of_the_work_folder_never_leads_beside_its_original(engine: Engin
 def test_ids_are_matched_literally(engine: Engine) -> None:
     """A holder id is compared as text, not as a pattern: `%` and `_` are no wildcards."""
     now = [1000.0]
-    held = LeaseLock(engine, "hk", ttl_s=600, holder="ab.c", clock=lambda: now[0])
+    held = LeaseLock(engine, "hk", ttl_s=600, holder=Holder("ab.c"), clock=lambda: now[0])
     assert held.acquire()
     now[0] += 400
     for other in ("a_", "a%", "a"):
-        assert not LeaseLock(engine, "hk", ttl_s=600, holder=other, clock=lambda: now[0]).acquire()
+        assert not LeaseLock(engine, "hk", ttl_s=600, holder=Holder(other), clock=lambda: now[0]).acquire()
 
 
 def test_the_redis_lock_tells_incarnations_apart_the_same_way() -> None:
@@ -95,16 +100,16 @@ def test_the_redis_lock_tells_incarnations_apart_the_same_way() -> None:
     assert client is not None
     hotkey = f"hk-{uuid.uuid4().hex}"
     try:
-        first, restarted = (LeaderLock(client, hotkey, ttl_s=60, holder="host-a", process=p) for p in "ab")
+        first, restarted = (LeaderLock(client, hotkey, ttl_s=60, holder=Holder("host-a", p)) for p in "ab")
         assert first.acquire() and first.acquire()
-        assert LeaderLock(client, hotkey, ttl_s=60, holder="host-a", process="a").acquire()  # rebuilt
+        assert LeaderLock(client, hotkey, ttl_s=60, holder=Holder("host-a", "a")).acquire()  # rebuilt
         assert not restarted.acquire()  # renewed just now
-        assert not LeaderLock(client, hotkey, ttl_s=60, holder="host-a_").acquire()
+        assert not LeaderLock(client, hotkey, ttl_s=60, holder=Holder("host-a_")).acquire()
         client.expire(f"gauntlet:leader:{hotkey}", 29)  # unrenewed for 31 s of 60
-        assert not LeaderLock(client, hotkey, ttl_s=60, holder="host-b").acquire()
+        assert not LeaderLock(client, hotkey, ttl_s=60, holder=Holder("host-b")).acquire()
         assert restarted.acquire() and not first.acquire()
         restarted.release()
-        assert LeaderLock(client, hotkey, ttl_s=60, holder="host-b").acquire()
+        assert LeaderLock(client, hotkey, ttl_s=60, holder=Holder("host-b")).acquire()
     finally:
         client.delete(f"gauntlet:leader:{hotkey}")
 
@@ -112,7 +117,9 @@ def test_the_redis_lock_tells_incarnations_apart_the_same_way() -> None:
 def test_a_database_it_cannot_reach_makes_a_follower() -> None:
     dead = make_engine("postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
     try:
-        lock = LeaseLock(dead, "hk", ttl_s=60, holder="a", db=DatabaseConfig())  # 6 attempts for commits
+        lock = LeaseLock(
+            dead, "hk", ttl_s=60, holder=Holder("a"), db=DatabaseConfig()
+        )  # 6 attempts for commits
         started = time.monotonic()
         assert not lock.acquire()
         lock.release()  # logged, not raised

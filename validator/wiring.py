@@ -39,7 +39,7 @@ from validator.state.scratch import Scratch
 from validator.stores.commitments import LocationPolicy, StorageLocation, parse_location
 from validator.stores.objstore import FetchConfig, Fetcher, open_store
 from validator.telemetry.events import LeaderLock, Lock, NullEvents, RedisEvents, connect
-from validator.telemetry.holder import holder_id
+from validator.telemetry.holder import Holder, holder_id
 from validator.telemetry.metrics import Metrics
 from validator.workers.setup import start_remote
 
@@ -244,7 +244,7 @@ def leader_lock(s: Settings, ledger: Ledger, redis: Redis | None, hotkey: str) -
     this process's incarnation (validator/telemetry/holder.py): a round rebuilt in this process
     renews its lock at once, a restarted process takes it over once it has gone unrenewed for half
     its TTL, and a host started from a copy of the work folder never while the original renews it."""
-    holder = holder_id(Path(s.workdir))
+    holder = Holder(holder_id(Path(s.workdir)))
     ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
     if redis is not None:
         return LeaderLock(redis, hotkey, ttl_s=ttl, holder=holder)

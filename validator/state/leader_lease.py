@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from storage.db import DatabaseConfig, run_in_transaction
 from storage.leases import drop_lease, lease_holder, take_lease
-from validator.telemetry.holder import PROCESS, SHARED, incarnation, is_kin
+from validator.telemetry.holder import SHARED, Holder, is_kin
 
 log = structlog.get_logger(__name__)
 
@@ -32,18 +32,17 @@ class LeaseLock:
         hotkey: str,
         *,
         ttl_s: float,
-        holder: str,
-        process: str = PROCESS,
+        holder: Holder,
         db: DatabaseConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`holder` is the work folder's id (`holder_id`): a restarted process takes over its own
-        lease once it has gone unrenewed for half the TTL, not the whole of it, while a live copy
-        of the work folder keeps it (validator/telemetry/holder.py). One attempt a call: a lease that
+        """`holder` is the work folder's id and this process's incarnation: a restarted process
+        takes over its own lease once it has gone unrenewed for half the TTL, not the whole of it,
+        while a live copy of the work folder keeps it (validator/telemetry/holder.py). One attempt a call: a lease that
         cannot be read is a follower's window, and retrying held each window (and the release at
         shutdown) for about 8 s with the database refusing connections."""
-        self.engine, self.name, self.ttl_s, self.holder = engine, f"leader:{hotkey}", ttl_s, holder
-        self.token = incarnation(holder, process)
+        self.engine, self.name, self.ttl_s = engine, f"leader:{hotkey}", ttl_s
+        self.holder, self.token = holder.id, holder.token
         self.db, self.clock = replace(db or DatabaseConfig(), retry_attempts=1), clock
 
     def acquire(self) -> bool:

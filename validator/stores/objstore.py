@@ -39,7 +39,6 @@ from validator.stores.fetch_types import (
 )
 from validator.stores.peer_fetch import Headed, failed, get_step, head_step, probe
 from validator.stores.peer_http import HttpLimits, PeerHttp
-from validator.stores.poll_throttle import HostThrottle
 from validator.stores.sightings import Kept, Poller, PollSchedule, Sightings
 from validator.stores.sightings_file import SightingsFolder
 
@@ -187,14 +186,14 @@ class Fetcher:
             stop_at=end + lead,
             interval_s=self.config.poll_interval_s,
             head_timeout_s=self.config.head_timeout_s,
+            # peers running their own stores may name a victim's host: their polls to it are capped
+            host_rate=0.0 if self.config.stores_trusted else self.config.poll_host_rate,
         )
         kept = Kept(resume)
         if self._saved is not None:  # a restarted process continues the polls an earlier one began
             earlier = resume if resume is not None else self._saved.load(window)
             kept = Kept(earlier, partial(self._saved.save, window))
-        rate = self.config.poll_host_rate
-        throttle = HostThrottle(rate) if rate > 0 and not self.config.stores_trusted else None
-        poller = Poller(head, remote, self.limits(), schedule, kept=kept, throttle=throttle)
+        poller = Poller(head, remote, self.limits(), schedule, kept=kept)
         self._pollers[window] = poller.start()
 
     def observed(self, window: int) -> Sightings | None:

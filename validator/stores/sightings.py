@@ -79,12 +79,14 @@ class Sightings:
 @dataclass(frozen=True, slots=True)
 class PollSchedule:
     """When a poller runs (`start_at` to `stop_at`, wall clock), how often it HEADs each peer (and
-    saves what it saw), and how long one HEAD may take."""
+    saves what it saw), how long one HEAD may take, and how many HEADs a second one host may take
+    (`host_rate`, 0: no cap; validator/stores/poll_throttle.py)."""
 
     start_at: float
     stop_at: float
     interval_s: float
     head_timeout_s: float
+    host_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:
@@ -116,13 +118,13 @@ class Poller:
         *,
         clock: Callable[[], float] = time.time,
         kept: Kept | None = None,
-        throttle: HostThrottle | None = None,
     ) -> None:
         earlier = None if kept is None else kept.earlier
         self.sightings = earlier if earlier is not None else Sightings()
         self._save = None if kept is None else kept.save
         self._probe, self._requests, self._limits = probe, list(requests), limits
-        self._schedule, self._clock, self._throttle = schedule, clock, throttle
+        self._schedule, self._clock = schedule, clock
+        self._throttle = HostThrottle(schedule.host_rate) if schedule.host_rate > 0 else None
         # a slow answer stretches its peer's cycle (and so resolution) instead of being thrown away
         self._timeout = schedule.head_timeout_s
         self._stop = threading.Event()

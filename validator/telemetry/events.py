@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import redis
 import structlog
 
-from validator.telemetry.holder import PROCESS, SHARED, incarnation
+from validator.telemetry.holder import SHARED, Holder
 
 EVENTS_CHANNEL = "gauntlet:events"  # the API relays this channel as server-sent events
 log = structlog.get_logger(__name__)
@@ -76,14 +76,14 @@ class LeaderLock:
         client: redis.Redis | None,
         hotkey: str,
         ttl_s: int = 600,
-        holder: str | None = None,
-        process: str = PROCESS,
+        holder: Holder | None = None,
     ) -> None:
-        """`holder` is the work folder's id: a restarted process takes over its own lock once it
+        """`holder` is the work folder's id and this process's incarnation: a restarted process takes over its own lock once it
         has gone unrenewed for half the TTL instead of waiting all of it out after a crash, while
         a live copy of the work folder keeps it (validator/telemetry/holder.py)."""
-        self.client, self.key, self.ttl_s, self.holder = client, f"gauntlet:leader:{hotkey}", ttl_s, holder
-        self.token = incarnation(holder, process) if holder is not None else uuid.uuid4().hex
+        self.client, self.key, self.ttl_s = client, f"gauntlet:leader:{hotkey}", ttl_s
+        self.holder = None if holder is None else holder.id
+        self.token = uuid.uuid4().hex if holder is None else holder.token
         # Lua scripts run atomically in Redis (registered once, then called by their SHA): a
         # get-then-set could take or extend a new holder's lock
         self._take = client.register_script(_TAKE) if client is not None else None

@@ -12,6 +12,7 @@ and a half windows and a live copy never does.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 HOLDER_FILE = "leader-id"
@@ -45,9 +46,17 @@ def holder_id(workdir: Path) -> str:
 PROCESS = uuid.uuid4().hex[:16]
 
 
-def incarnation(holder: str, process: str = PROCESS) -> str:
-    """This process's name under `holder`: `<holder>.<process>`."""
-    return f"{holder}.{process}"
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A lock holder: the work folder's id (`holder_id`) and the process's incarnation."""
+
+    id: str
+    process: str = PROCESS
+
+    @property
+    def token(self) -> str:
+        """The name a lock stores: `<id>.<process>`."""
+        return f"{self.id}.{self.process}"
 
 
 def is_kin(stored: str, holder: str) -> bool:
