@@ -38,9 +38,9 @@ class LeaseLock:
     ) -> None:
         """`holder` is the work folder's id and this process's incarnation: a restarted process
         takes over its own lease once it has gone unrenewed for half the TTL, not the whole of it,
-        while a live copy of the work folder keeps it (validator/telemetry/holder.py). One attempt a call: a lease that
-        cannot be read is a follower's window, and retrying held each window (and the release at
-        shutdown) for about 8 s with the database refusing connections."""
+        while a live copy of the work folder keeps it (validator/telemetry/holder.py). One attempt a
+        call: a lease that cannot be read is a follower's window, and retrying held each window (and
+        the release at shutdown) for about 8 s with the database refusing connections."""
         self.engine, self.name, self.ttl_s = engine, f"leader:{hotkey}", ttl_s
         self.holder, self.token = holder.id, holder.token
         self.db, self.clock = replace(db or DatabaseConfig(), retry_attempts=1), clock

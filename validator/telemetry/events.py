@@ -78,9 +78,10 @@ class LeaderLock:
         ttl_s: int = 600,
         holder: Holder | None = None,
     ) -> None:
-        """`holder` is the work folder's id and this process's incarnation: a restarted process takes over its own lock once it
-        has gone unrenewed for half the TTL instead of waiting all of it out after a crash, while
-        a live copy of the work folder keeps it (validator/telemetry/holder.py)."""
+        """`holder` is the work folder's id and this process's incarnation: a restarted process
+        takes over its own lock once it has gone unrenewed for half the TTL instead of waiting all
+        of it out after a crash, while a live copy of the work folder keeps it
+        (validator/telemetry/holder.py)."""
         self.client, self.key, self.ttl_s = client, f"gauntlet:leader:{hotkey}", ttl_s
         self.holder = None if holder is None else holder.id
         self.token = uuid.uuid4().hex if holder is None else holder.token
