@@ -24,7 +24,8 @@ from validator.chain.protocol import (
     window_of,
 )
 from validator.chain.subtensor import SubtensorChain, SubtensorChainConfig
-from validator.round.weight_limits import accepted, conformed
+from validator.chain.weight_rules import accepted
+from validator.round.weight_limits import conformed
 
 NETUID = 3
 PEER = "5FHneW46xGXgs5mUiveU4sbTyGBzmstUspZC92UhjJM694ty"

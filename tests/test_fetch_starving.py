@@ -260,10 +260,10 @@ def test_stall_memory_and_the_order_it_gives() -> None:
     memory.note([("b", None), ("c", None)])
     memory.note([("b", None), ("c", None)])
     assert memory.failures == {"b": 1}  # c's failure is three attempts old; b's second is not
-    assert fetch_order(6, 7, last=[4, 1]) == [i for i in fetch_order(6, 7) if i not in (1, 4)] + [
+    assert fetch_order(6, 7, last={4: 1, 1: 1}) == [i for i in fetch_order(6, 7) if i not in (1, 4)] + [
         i for i in fetch_order(6, 7) if i in (1, 4)
     ]
-    assert fetch_order(6, 7, first=[1], last=[1, 2])[0] == 1  # first wins over last
+    assert fetch_order(6, 7, first=[1], last={1: 1, 2: 1})[0] == 1  # first wins over last
     drawn = fetch_order(6, 7)
     a, b = [i for i in drawn if i in (1, 4)]  # 1 and 4 in their drawn order
     # the store failing more often goes last, whatever the draw

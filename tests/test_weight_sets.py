@@ -17,8 +17,9 @@ from scoring.weights import RankWeights, RankWeightsConfig
 from storage.records import WeightSetRecord
 from validator.chain.local import LocalChain, LocalChainConfig
 from validator.chain.protocol import WeightLimits
+from validator.chain.weight_rules import U16_MAX, accepted, quantized
 from validator.round.weighing import Weigher, WeightSchedule
-from validator.round.weight_limits import U16_MAX, accepted, conformed, quantized
+from validator.round.weight_limits import conformed
 from validator.telemetry.events import LeaderLock
 from validator.telemetry.metrics import Metrics
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightLimits, WeightOutcome
+from validator.chain.weight_rules import U16_MAX, sdk_clipped, within_share
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS head (id INTEGER PRIMARY KEY CHECK (id = 0), block INTEGER NOT NULL);
@@ -125,17 +126,18 @@ class LocalChain:
         return self.config.validator_hotkey
 
     def weight_limits(self) -> WeightLimits:
-        return WeightLimits(self.config.min_allowed_weights, self.config.max_weights_limit / 65535)
+        return WeightLimits(self.config.min_allowed_weights, self._max_share)
+
+    @property
+    def _max_share(self) -> float:
+        return self.config.max_weights_limit / U16_MAX
 
     def set_weights(self, weights: dict[int, float]) -> WeightOutcome:
         hotkey = self.config.validator_hotkey
         with self._db() as db:
             head = int(db.execute("SELECT block FROM head").fetchone()[0])
-            error = self._check_weights(db, weights, head)
+            error, clean = self._check_weights(db, weights, head)
             if error:
-                return WeightOutcome(False, error, head)
-            clean = {int(uid): float(w) for uid, w in sorted(weights.items())}
-            if error := self._check_share(db, clean):
                 return WeightOutcome(False, error, head)
             db.execute(
                 "INSERT INTO weight_sets (block, hotkey, weights) VALUES (?, ?, ?)",
@@ -143,50 +145,40 @@ class LocalChain:
             )
         return WeightOutcome(True, f"weights set for {len(clean)} uids", head)
 
-    def _check_weights(self, db: sqlite3.Connection, weights: dict[int, float], head: int) -> str:
-        """The refusal a real chain would give, or "" when the weights are acceptable."""
+    def _check_weights(
+        self, db: sqlite3.Connection, weights: dict[int, float], head: int
+    ) -> tuple[str, dict[int, float]]:
+        """The refusal a real chain would give ("" when the weights are acceptable), and the
+        weights as the SDK sends them: clipped to the subnet's largest share."""
         uids = {int(row[0]) for row in db.execute("SELECT uid FROM neurons")}
         hotkeys = {str(row[0]) for row in db.execute("SELECT hotkey FROM neurons")}
         if self.config.validator_hotkey not in hotkeys:
-            return f"NotRegistered: {self.config.validator_hotkey} is not registered"
+            return f"NotRegistered: {self.config.validator_hotkey} is not registered", {}
         if unknown := sorted(set(weights) - uids):
-            return f"UidVecContainInvalidOne: unknown uids {unknown}"
+            return f"UidVecContainInvalidOne: unknown uids {unknown}", {}
         if any(not math.isfinite(w) or w < 0 for w in weights.values()):
-            return "weights must be finite and non-negative"
+            return "weights must be finite and non-negative", {}
         if not any(w > 0 for w in weights.values()):
-            return "All weights are zero; nothing to set."
+            return "All weights are zero; nothing to set.", {}
         own = db.execute(
             "SELECT uid FROM neurons WHERE hotkey = ?", (self.config.validator_hotkey,)
         ).fetchone()
         named = sum(1 for w in weights.values() if w > 0)
-        if named < self.config.min_allowed_weights and set(weights) != {int(own[0])}:
-            return (
-                f"min_allowed_weights: {named} uids named, at least {self.config.min_allowed_weights} needed"
-            )
+        self_weight = set(weights) == {int(own[0])}
+        if named < self.config.min_allowed_weights and not self_weight:
+            minimum = self.config.min_allowed_weights
+            return f"min_allowed_weights: {named} uids named, at least {minimum} needed", {}
+        # as the SDK sends them: clipped to the largest share (a lone self-weight stays whole)
+        clean = sdk_clipped({int(uid): float(w) for uid, w in sorted(weights.items())}, self._max_share)
+        if not self_weight and not within_share(clean, self.weight_limits()):
+            return "MaxWeightExceeded: a uid's share is above max_weights_limit once the SDK has clipped", {}
         last = db.execute(
             "SELECT MAX(block) FROM weight_sets WHERE hotkey = ?", (self.config.validator_hotkey,)
         ).fetchone()[0]
         limit = self.config.weights_rate_limit
         if last is not None and limit and head - int(last) < limit:
-            return f"SettingWeightsTooFast: last set at block {last}, rate limit {limit} blocks"
-        return ""
-
-    def _check_share(self, db: sqlite3.Connection, weights: dict[int, float]) -> str:
-        """The SDK's clip to MaxWeightsLimit (its own code: it spreads what it clips over the
-        others, evenly when too few are named), then the chain's check of the largest share; a
-        self-weight is exempt from both. Clips `weights` in place, as the SDK would send them."""
-        limit = self.config.max_weights_limit / 65535
-        own = db.execute(
-            "SELECT uid FROM neurons WHERE hotkey = ?", (self.config.validator_hotkey,)
-        ).fetchone()
-        if limit >= 1 or set(weights) == {int(own[0])}:
-            return ""
-        from bittensor.intents.weights import clip_to_max_weight  # the SDK's, imported when a limit binds
-
-        weights.update(zip(weights, clip_to_max_weight(list(weights.values()), limit), strict=True))
-        if (share := max(weights.values()) / sum(weights.values())) > limit + 1e-9:
-            return f"MaxWeightExceeded: {share:.4f} of the weight on one uid"
-        return ""
+            return f"SettingWeightsTooFast: last set at block {last}, rate limit {limit} blocks", {}
+        return "", clean
 
     # Controls for the demo and tests ---------------------------------------------------
 

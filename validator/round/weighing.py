@@ -15,8 +15,9 @@ from scoring.ranking import RatingState
 from scoring.weights import WeightPolicy
 from storage.records import NOT_LEADER, WeightSetRecord
 from validator.chain.protocol import Chain, Neuron, WeightLimits, WeightOutcome
+from validator.chain.weight_rules import accepted, quantized
 from validator.round.rating import weights_for
-from validator.round.weight_limits import accepted, conformed, quantized
+from validator.round.weight_limits import conformed
 from validator.telemetry.events import Lock
 from validator.telemetry.metrics import Metrics
 

@@ -5,8 +5,8 @@ MinAllowedWeights, and one whose largest share of the sum is above MaxWeightsLim
 of the validator's own uid alone (a self-weight) is exempt from both. The SDK clips shares above the
 limit, spreading the excess over the others, but onto the limit itself, and the u16 rounding after
 it then put sets over the limit (17 % of random padded sets, in review). So the set is clipped here,
-a little under the limit, pads go on after the clip, and `accepted` checks the u16 values the
-chain will see: the SDK's clip then has nothing left to do.
+a little under the limit, pads go on after the clip, and the weigher checks the u16 values the
+chain will see (validator/chain/weight_rules.py `accepted`): the SDK's clip has nothing left to do.
 """
 
 from __future__ import annotations
@@ -16,45 +16,19 @@ from collections.abc import Sequence
 import structlog
 
 from validator.chain.protocol import WeightLimits
+from validator.chain.weight_rules import U16_MAX, quantized, sdk_clipped, within_share
 
 log = structlog.get_logger(__name__)
-U16_MAX = 65535  # the chain stores each weight as a u16 share of the largest
 CLIP_MARGIN = 1e-3  # the clip aims this far under the limit, for the u16 rounding
-
-
-def quantized(weights: dict[int, float]) -> dict[int, int]:
-    """The u16 values the SDK sends: each weight over the largest, rounded; zeros dropped."""
-    top = max(weights.values(), default=0.0)
-    if not top > 0:
-        return {}
-    return {u: q for u, w in weights.items() if (q := round(w / top * U16_MAX)) >= 1}
-
-
-def within_share(weights: dict[int, float], limits: WeightLimits) -> bool:
-    """No uid above the subnet's largest share, on the values the chain sees."""
-    values = quantized(weights)
-    limit = round(limits.max_share * U16_MAX)
-    return bool(values) and max(values.values()) * U16_MAX <= limit * sum(values.values())
-
-
-def accepted(weights: dict[int, float], limits: WeightLimits, own: int | None) -> bool:
-    """Whether the chain takes the set: a self-weight, or enough uids none above the largest share."""
-    values = quantized(weights)
-    if own is not None and set(values) == {own}:
-        return True
-    return len(values) >= limits.min_weights and within_share(weights, limits)
 
 
 def clipped(weights: dict[int, float], limits: WeightLimits) -> dict[int, float]:
     """`weights` with no share above the subnet's largest (a little under it), the excess spread
     over the others by the SDK's own clip; too few uids to carry it come back uniform, which
     `within_share` refuses."""
-    if limits.max_share >= 1 or not sum(weights.values()) > 0:
+    if limits.max_share >= 1:  # no limit binds (the margin must not make one)
         return weights
-    from bittensor.intents.weights import clip_to_max_weight  # the SDK's; imported only when it binds
-
-    shares = clip_to_max_weight(list(weights.values()), limits.max_share * (1 - CLIP_MARGIN))
-    return dict(zip(weights, shares, strict=True))
+    return sdk_clipped(weights, limits.max_share * (1 - CLIP_MARGIN))
 
 
 def conformed(

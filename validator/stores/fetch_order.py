@@ -23,20 +23,19 @@ def fetch_order(
     count: int,
     seed: int | str | None,
     first: Collection[int] = (),
-    last: Collection[int] | Mapping[int, int] = (),
+    last: Mapping[int, int] | None = None,
 ) -> list[int]:
     """Indices in the order to fetch: shuffled with the window's secret seed; request order without
     a seed. The indices in `first` (peers aggregated lately) go ahead, in the same shuffled order:
     a crowd of stores trickling just above the rate floor held every slot for its whole budget, and
     honest peers drawn after it were never fetched (64 such stores beside 8 peers: 2 to 8 of them
-    fetched). Those in `last` and not in `first` (peers whose store failed lately) go behind; given
-    as a mapping to failure counts, fewer failures go before more (ties in the shuffled order)."""
+    fetched). Those in `last` (peers whose store failed lately, with their failure counts) and not in
+    `first` go behind, fewer failures before more (ties in the shuffled order)."""
     order = list(range(count))
     if seed is not None:
         random.Random(f"gauntlet/fetch-order|{seed}").shuffle(order)
-    counts = dict(last) if isinstance(last, Mapping) else dict.fromkeys(last, 1)
     ahead = set(first)
-    behind = {i: n for i, n in counts.items() if i not in ahead and n > 0}
+    behind = {i: n for i, n in (last or {}).items() if i not in ahead and n > 0}
     middle = [i for i in order if i not in ahead and i not in behind]
     tail = sorted((i for i in order if i in behind), key=lambda i: behind[i])  # stable: keeps the draw
     return [i for i in order if i in ahead] + middle + tail

@@ -61,8 +61,8 @@ class FetchConfig:
             raise ValueError("timeouts must be > 0 and retries >= 0")
         if self.min_bytes_per_s <= 0 or self.rate_grace_s <= 0:
             raise ValueError("min_bytes_per_s and rate_grace_s must be > 0")
-        if self.poll_interval_s < 0 or self.poll_lead_s < 0:
-            raise ValueError("poll_interval_s and poll_lead_s must be >= 0")
+        if self.poll_interval_s < 0 or self.poll_lead_s < 0 or self.poll_host_rate < 0:
+            raise ValueError("poll_interval_s, poll_lead_s and poll_host_rate must be >= 0")
         if self.poll_interval_s > 0 and self.window_s <= 0:
             raise ValueError("polling needs window_s > 0 to know when the next put window opens")
 
