@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from validator.chain.protocol import BLOCK_SECONDS, Neuron, WeightLimits, WeightOutcome
-from validator.chain.weight_rules import U16_MAX, sdk_clipped, within_share
+from validator.chain.weight_rules import U16_MAX, quantized, sdk_clipped, within_share
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS head (id INTEGER PRIMARY KEY CHECK (id = 0), block INTEGER NOT NULL);
@@ -163,7 +163,7 @@ class LocalChain:
         own = db.execute(
             "SELECT uid FROM neurons WHERE hotkey = ?", (self.config.validator_hotkey,)
         ).fetchone()
-        named = sum(1 for w in weights.values() if w > 0)
+        named = len(quantized(weights))  # the chain counts the u16 values the SDK sends, not zeros
         self_weight = set(weights) == {int(own[0])}
         if named < self.config.min_allowed_weights and not self_weight:
             minimum = self.config.min_allowed_weights
