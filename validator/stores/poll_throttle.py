@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 class HostThrottle:
     """Spaces the calls for one key (a host) `1 / rate` seconds apart; used from one event loop."""
 
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         if rate <= 0:
             raise ValueError("rate must be > 0")
-        self._gap, self._clock = 1.0 / rate, clock
+        self._gap, self._clock, self._sleep = 1.0 / rate, clock, sleep
         self._next: dict[str, float] = {}
 
     async def wait(self, host: str) -> None:
@@ -33,4 +38,4 @@ class HostThrottle:
         turn = max(now, self._next.get(host, now))
         self._next[host] = turn + self._gap
         if turn > now:
-            await asyncio.sleep(turn - now)
+            await self._sleep(turn - now)
