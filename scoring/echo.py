@@ -15,6 +15,13 @@ Measured (seed 0, windows 1-6): at 20 inner steps honest shares 0.77-0.94 and th
 among proven peers (identities that never proved training cannot move it), honest peers stayed at
 0.9 of it or above, the echo at 0.24-0.38: under `ratio` (0.5) an update is an echo.
 
+Copies of one update count once. Re-sending a proven peer's bytes under two identities whose
+upload order is unclear penalises nobody (scoring/uniqueness.py), but counted apart those copies
+were most of the victim's "consensus of the others": its own share fell to 0.15 against a proven
+median of 0.97 and it was rejected as an echo of its own work (an audit's reproducer). The members
+of each group the copy check ties (duplicates, near-copies, one update jittered) therefore share
+one voice, their mean, in every consensus, and leave one another out of their own.
+
 What this closes is the free copy of everybody's work. Adding noise of its own lifts an echo's
 share above the bar at little cost to its gain (top-k re-compression keeps the mean's large
 coordinates and spreads dense noise thin): such an echo is aggregated until its proof of training
@@ -23,12 +30,11 @@ lapses, like any peer that stopped training (`echo_noisy` in docs/fidelity-log.m
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from scoring.copy_config import UniquenessConfig
 from scoring.similarity import count_sketch, sample_blocks, sampled
@@ -54,25 +60,62 @@ class Echo:
 
 
 def own_shares(
-    updates: Sequence[Mapping[str, SparseParam]], cfg: UniquenessConfig, rng: np.random.Generator
+    updates: Sequence[Mapping[str, SparseParam]],
+    cfg: UniquenessConfig,
+    rng: np.random.Generator,
+    groups: Sequence[int] | None = None,
 ) -> F64:
     """Each update's share beyond the leave-one-out consensus of the others (module docstring),
-    from count sketches of one seeded sample of chunks; rounded, so replay compares it exactly."""
+    from count sketches of one seeded sample of chunks; rounded, so replay compares it exactly.
+    `groups`: a group number per update (default: each its own); a group speaks with one voice.
+    numpy's own sums, never BLAS, whose last bits follow the thread count."""
     blocks = sample_blocks(updates[0], cfg, rng)
     if not blocks:
         return np.ones(len(updates), dtype=np.float64)
     idx, val = sampled(updates, blocks)
-    unit = count_sketch(idx, val, cfg.sketch_bits, rng)
-    unit /= torch.linalg.vector_norm(unit, dim=1, keepdim=True).clamp_min(1e-30)
-    mean = unit.sum(0)
-    weight = (unit @ (mean / torch.linalg.vector_norm(mean).clamp_min(1e-30))).clamp_min(0.0)
-    own = weight[:, None] * unit
-    others = own.sum(0, keepdim=True) - own  # the consensus each update leaves out
+    unit = count_sketch(idx, val, cfg.sketch_bits, rng).numpy()
+    del idx, val
+    unit /= _norms(unit)
+    group = np.arange(len(updates)) if groups is None else np.asarray(groups, dtype=np.int64)
+    sizes = np.bincount(group)
+    voice = np.zeros((sizes.size, unit.shape[1]), np.float64)
+    np.add.at(voice, group, unit)  # in input order: reproducible
+    voice /= np.maximum(sizes, 1)[:, None]
+    mean = voice.sum(0)
+    mean /= _norms(mean[None, :])[0]
+    weight = np.maximum(np.sum(voice * mean, axis=1), 0.0)
+    own = weight[:, None] * voice
+    others = own.sum(0) - own[group]  # the consensus each update leaves out, its own group with it
     del own
-    others /= torch.linalg.vector_norm(others, dim=1, keepdim=True).clamp_min(1e-30)
-    cosine = (unit * others).sum(1).clamp_min(0.0)  # against the consensus counts as all its own
-    share: F64 = np.asarray((1.0 - cosine * cosine).numpy(), dtype=np.float64)
+    others /= _norms(others)
+    cosine = np.maximum(np.sum(unit * others, axis=1), 0.0)  # against the consensus counts as all its own
+    share: F64 = 1.0 - cosine * cosine
     return np.round(share, 9)
+
+
+def _norms(rows: F64) -> F64:
+    out: F64 = np.maximum(np.sqrt(np.sum(rows * rows, axis=1, keepdims=True)), 1e-30)
+    return out
+
+
+def groups_of(keys: Sequence[str], ties: Iterable[tuple[str, str]]) -> list[int]:
+    """A group number per key: the keys `ties` join, directly or through others (union-find), are
+    one group; groups numbered by their first key in `keys` order."""
+    parent = {k: k for k in keys}
+
+    def root(k: str) -> str:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for a, b in ties:
+        if a in parent and b in parent:
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    number: dict[str, int] = {}
+    return [number.setdefault(root(k), len(number)) for k in keys]
 
 
 def find_echoes(
@@ -81,14 +124,17 @@ def find_echoes(
     cfg: UniquenessConfig,
     ratio: float,
     seed: int,
+    ties: Iterable[tuple[str, str]] = (),
 ) -> dict[str, Echo]:
     """The peers (keys of `updates`, valid this window) whose own share is under `ratio` × the
     median share of the `proven` among them; none with fewer than `MIN_PEERS` updates or
-    `MIN_REFERENCE` proven ones (nothing to call a consensus or a typical share)."""
+    `MIN_REFERENCE` proven ones (nothing to call a consensus or a typical share). `ties`: pairs the
+    copy check tied (module docstring)."""
     keys = sorted(updates)
     if ratio <= 0.0 or len(keys) < MIN_PEERS:
         return {}
-    shares = own_shares([updates[k] for k in keys], cfg, np.random.default_rng(seed))
+    groups = groups_of(keys, ties)
+    shares = own_shares([updates[k] for k in keys], cfg, np.random.default_rng(seed), groups)
     reference = [float(s) for k, s in zip(keys, shares, strict=True) if k in proven]
     if len(reference) < MIN_REFERENCE:
         return {}

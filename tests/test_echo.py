@@ -7,14 +7,23 @@ consensus leaves nothing, so it was aggregated and paid (an audit: 13 % of the w
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from scoring.copy_config import UniquenessConfig
 from scoring.data import Dataset
-from scoring.echo import find_echoes
+from scoring.echo import find_echoes, groups_of
 from scoring.encoder import compress_to_sparse
+from scoring.ranking import Status
+from scoring.types import Reason, SparseUpdate, SubmissionMeta
 from tests.test_copy_calibration import Update, honest_updates
+from validator.round.check_config import CheckConfig
+from validator.round.checking import Standing, check_window, reject_echoes
+from validator.round.outcomes import PeerTarget, PeerWindow
+from validator.round.window import WindowSeed
+from validator.stores.fetch_types import FetchResult
 
 CFG = UniquenessConfig()
 
@@ -67,3 +76,47 @@ def test_too_few_peers_or_proven_ones_decide_nothing(dataset: Dataset) -> None:
     three = {k: updates[k] for k in ("h0", "h1", "echo")}
     assert find_echoes(three, proven=set(three), cfg=CFG, ratio=0.5, seed=0) == {}  # 3 updates
     assert find_echoes(updates, proven=set(updates), cfg=CFG, ratio=0.0, seed=0) == {}  # off
+
+
+def _window_peer(hotkey: str, update: Update, digest: str, seen: float, resolution: float) -> PeerWindow:
+    meta = SubmissionMeta(window=1, uid=0, hotkey=hotkey, base="0" * 64, signature="")
+    fetch = FetchResult(hotkey, Status.OK, first_seen=seen, seen_resolution_s=resolution)
+    return PeerWindow(
+        PeerTarget(0, hotkey, None), Status.OK, fetch=fetch, update=SparseUpdate(meta, digest, update)
+    )
+
+
+def _checked(peers: list[PeerWindow], proven: set[str]) -> dict[str, PeerWindow]:
+    """The check stage's copy and echo checks, in the round's order (validator/round/pipeline.py)."""
+    cfg, seed = CheckConfig(), WindowSeed("ab" * 32)
+    checked, copies = check_window(
+        peers, lambda *a: None, cfg, lambda d: set(), seed, Standing(proven=proven)
+    )
+    checked = reject_echoes(checked, cfg, seed=seed.number + 2, proven=proven, copies=copies)
+    return {p.hotkey: p for p in checked}
+
+
+@pytest.mark.parametrize("copies", [1, 2, 3])
+def test_resent_copies_do_not_make_their_source_an_echo(dataset: Dataset, copies: int) -> None:
+    """An audit's attack: identities re-send a proven peer's bytes from stores the polls never see,
+    so no upload order is clear and nobody is penalised for the copies; counted apart, they were
+    most of the victim's consensus of the others (own share 0.15 against a median of 0.97 with
+    two) and it was rejected as an echo. A copy group speaks with one voice."""
+    honest = honest_updates(dataset, steps=20, peers=4)
+    proven = {f"h{i}" for i in range(4)}
+    peers = [_window_peer(f"h{i}", u, f"{i:064x}", 100.0 + i, 2.0) for i, u in enumerate(honest)]
+    peers += [_window_peer(f"s{j}", honest[0], f"{0:064x}", 140.0, math.inf) for j in range(copies)]
+    by = _checked(peers, proven)
+    assert all(by[h].valid for h in proven), {h: by[h].detail for h in proven}
+    # the echo itself is still one, copies or not
+    echo = _window_peer("echo", mean_of(honest), "e" * 64, 101.0, 2.0)
+    by = _checked([*peers, echo], proven)
+    assert by["echo"].reason == Reason.ECHO
+    assert all(by[h].valid for h in proven)
+
+
+def test_copy_groups() -> None:
+    keys = ["a", "b", "c", "d", "e"]
+    assert groups_of(keys, []) == [0, 1, 2, 3, 4]
+    assert groups_of(keys, [("c", "a"), ("e", "c"), ("b", "x")]) == [0, 1, 0, 2, 0]
+    assert groups_of(keys, [("d", "b"), ("b", "d")]) == [0, 1, 2, 1, 3]

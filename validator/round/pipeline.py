@@ -118,7 +118,9 @@ def _check(
     checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, standing)
     # another sample of chunks than the copy check's: seed + 1
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
-    checked = reject_echoes(checked, cfg.check, seed=ctx.seed.number + 2, proven=standing.proven)
+    checked = reject_echoes(
+        checked, cfg.check, seed=ctx.seed.number + 2, proven=standing.proven, copies=copies
+    )
     return checked, copies, clip_reference(checked, cfg.check, standing.proven)
 
 
