@@ -103,3 +103,20 @@ def test_one_proven_peer_cannot_set_a_parameter_near_zero(tiny: float) -> None:
     assert clip_reference([*sybils, _two_params("p", 1.0, 0.5)], CheckConfig(), trusted) == pytest.approx(
         {"w": 2.0, "b": 0.5 * 2**0.5}
     )
+
+
+def test_unproven_giants_cannot_make_proven_norms_read_as_empty() -> None:
+    """An audit's attack: unproven sybils send the largest values the decoder allows, and a proven
+    attacker 30× the honest norm. Judged against every valid update's median, the honest proven
+    norms read as empty and the reference was the attacker's own norm, which it never clipped."""
+    cfg = RatingConfig()
+    keys = ("h1", "h2", "h3", "h4", "attacker")
+    trusted = proven_peers(RatingState({h: _proven_rating(h, cfg) for h in keys}, window=0), cfg)
+    peers = [*(_peer(h, 1.0) for h in keys[:4]), _peer("attacker", 30.0)]
+    peers += [_peer(f"s{i}", 1e5) for i in range(6)]
+    reference = clip_reference(peers, CheckConfig(), trusted)["w"]
+    assert reference <= 2.0 * CheckConfig().clip_cap  # the honest norm is 2.0 (four values of 1.0)
+    # one proven peer sending the parameter at 1e-12 still does not count, among few proven peers
+    few = frozenset({"h1", "tiny"})
+    tiny = [_peer("h1", 1.0), _peer("tiny", 1e-12), _peer("u1", 1.0), _peer("u2", 1.0)]
+    assert clip_reference(tiny, CheckConfig(), few)["w"] == 2.0

@@ -18,7 +18,7 @@ from scoring.types import Reason
 from validator.round.check_config import CheckConfig
 from validator.round.outcomes import NORM, PeerWindow, judging_failed
 
-RELATIVE_EMPTY = 1e-3  # of every valid update's median norm: a proven norm under it does not count
+RELATIVE_EMPTY = 1e-3  # of the typical norm (`_typical`): a proven norm under it does not count
 
 
 def proven_peers(state: RatingState, cfg: RatingConfig) -> frozenset[str]:
@@ -34,9 +34,9 @@ def clip_reference(
 
     Empty parameters (norm ≤ `zero_norm`) do not count, so they cannot drag it to 0. Once
     some valid peers have proven their training (`trusted`), it is taken over theirs alone. A proven
-    peer cannot shrink it alone either: per parameter, proven norms under `RELATIVE_EMPTY` × every
-    valid update's median do not count, and a parameter without any proven norm left is judged over
-    every valid update."""
+    peer cannot shrink it alone either: per parameter, proven norms under `RELATIVE_EMPTY` × the
+    typical norm (`_typical`) do not count, and a parameter without any proven norm left is judged
+    over every valid update."""
     valid = [p.update.norms() for p in peers if p.update is not None]
     held = [p.update.norms() for p in peers if p.update is not None and p.hotkey in trusted]
     if not valid:
@@ -44,16 +44,27 @@ def clip_reference(
     everyone = median_norms(valid, floor=cfg.zero_norm)
     out = {}
     for name in valid[0]:
-        # A proven peer's norm far under everyone's median says nothing of the scale: counted, one
+        # A proven peer's norm far under the typical one says nothing of the scale: counted, one
         # proven peer sending a parameter empty, or at 1e-12, made it ~0 and clipped every honest
         # update to nothing. A parameter no proven peer really updated is judged over every update.
-        floor = max(cfg.zero_norm, RELATIVE_EMPTY * everyone[name])
+        floor = max(cfg.zero_norm, RELATIVE_EMPTY * _typical(name, held, everyone[name], cfg))
         column = [{name: n[name]} for n in held if n[name] > floor] or [{name: n[name]} for n in valid]
         upper = quantile_norms(column, cfg.clip_quantile, floor=cfg.zero_norm)[name]
         middle = median_norms(column, floor=cfg.zero_norm)[name]
         # a coalition holding the upper quartile lifts the reference by at most clip_cap × the median
         out[name] = min(upper, cfg.clip_cap * middle)
     return out
+
+
+def _typical(name: str, held: Sequence[Mapping[str, float]], everyone: float, cfg: CheckConfig) -> float:
+    """The scale a proven norm is judged empty against: the median of the proven peers' non-empty
+    norms once two or more have one, else every valid update's median. Over every valid update,
+    unproven sybils sending the largest values the decoder allows lifted it until the honest proven
+    norms read as empty: the reference was then a proven attacker's own 30× norm, which it never
+    clipped (an audit's reproducer). One proven peer cannot shrink the proven median alone: of two
+    it halves it at most."""
+    proven = [n[name] for n in held if n[name] > cfg.zero_norm]
+    return median(proven) if len(proven) >= 2 else everyone
 
 
 def total_norm(p: PeerWindow) -> float:
