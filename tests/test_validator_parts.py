@@ -22,7 +22,7 @@ from validator.chain.protocol import Neuron, WeightLimits, WeightOutcome
 from validator.demo.sim.behaviours import BUILTIN
 from validator.demo.sim.plugins import load_plugin, parse_peers
 from validator.round.publishing import SelectionPublisher, selection_key, verify_selection
-from validator.round.weighing import Weigher, WeightSchedule
+from validator.round.weighing import Weigher, WeightSchedule, registered
 from validator.settings import Settings, to_toml
 from validator.stores.commitments import StorageLocation
 from validator.telemetry.events import EVENTS_CHANNEL, LeaderLock, RedisEvents, connect
@@ -173,6 +173,16 @@ def test_weights_go_only_to_uids_still_held_by_the_rated_hotkey() -> None:
     weigher = Weigher(unread, RankWeights(), LeaderLock(None, "v"), [].append, schedule, Metrics())  # type: ignore[arg-type]
     failed = weigher.maybe_set(3, state)
     assert failed is not None and failed.outcome == "failed" and unread.calls == 0 and schedule.retry_pending
+
+
+def test_a_uid_listed_twice_is_its_first_holders_as_the_fetch_scored_it() -> None:
+    """An audit: the fetch kept a duplicated uid's first hotkey and scored it, the weigher kept the
+    last one, so the peer scored was never paid (and a second hotkey could have been)."""
+    neurons = [Neuron(5, "first", 1.0, False), Neuron(5, "second", 1.0, False), Neuron(6, "c", 1.0, False)]
+    state = RatingState(
+        {h: PeerRating(h, u, 30.0, 1.0) for h, u in (("first", 5), ("second", 5), ("c", 6))}, 3
+    )
+    assert set(registered(state, neurons).peers) == {"first", "c"}
 
 
 def test_failed_weights_are_recorded_and_retried_next_window() -> None:

@@ -170,7 +170,9 @@ def registered(ratings: RatingState, neurons: Sequence[Neuron]) -> RatingState:
     """The peers whose uid still belongs to their hotkey, read from the metagraph right before the
     set: the round read it at its fetch, minutes before, and a uid freed since (deregistered) and
     taken by a newcomer, or by the validator itself, would have paid them the old holder's work."""
-    holder = {n.uid: n.hotkey for n in neurons}
+    holder: dict[int, str] = {}
+    for n in neurons:  # a uid listed twice is its first holder's, as the fetch scored it (fetching.py)
+        holder.setdefault(n.uid, n.hotkey)
     kept = {hotkey: p for hotkey, p in ratings.peers.items() if holder.get(p.uid) == hotkey}
     if len(kept) < len(ratings.peers):
         log.info("weights_unregistered_left_out", peers=len(ratings.peers) - len(kept))
