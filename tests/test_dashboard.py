@@ -4,6 +4,7 @@ colours drawn); set GAUNTLET_DASHBOARD_SCREENSHOTS to a folder to keep them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from storage.db import session_scope
+from storage.db import make_engine, session_scope
 from storage.migrate import upgrade
 from storage.writer import commit_window
 from tests.api_fixtures import (
@@ -31,6 +32,7 @@ from tests.api_fixtures import (
     run_server,
     seeded_database,
     tied_database,
+    tied_record,
     window_record,
 )
 from tests.worker_fixtures import on_two_workers
@@ -200,3 +202,32 @@ def test_docs_load_offline(pg_db: SeededDb) -> None:
         paths = b.page.locator(".swagger-ui .opblock-summary-path").all_inner_texts()
     assert "/v1/weights" in paths and "/v1/peers" in paths
     assert not b.problems, b.problems
+
+
+def test_a_peer_whose_history_no_path_can_name_does_not_fail_the_page(tmp_path: Path) -> None:
+    """An audit: the top-ranked peer is selected by default, and a hotkey such as "a/b" (storable,
+    not addressable: %2F is a slash again before routing) answered 404, which failed every refresh
+    and held the badge at "error" for every viewer."""
+    from playwright.sync_api import expect
+
+    top = TIED_ORDER[0]
+    record = tied_record()
+    rename = {r.hotkey: "a/b" for r in record.ratings if r.uid == top}
+    record = dataclasses.replace(
+        record,
+        submissions=[
+            dataclasses.replace(s, hotkey=rename.get(s.hotkey, s.hotkey)) for s in record.submissions
+        ],
+        ratings=[dataclasses.replace(r, hotkey=rename.get(r.hotkey, r.hotkey)) for r in record.ratings],
+    )
+    url = f"sqlite:///{tmp_path}/slash.db"
+    upgrade(url)
+    engine = make_engine(url)
+    with session_scope(engine) as session:
+        commit_window(session=session, record=record)
+    with run_server(config_for(url)) as server, browse(server) as b:
+        expect(b.page.locator("#status")).to_contain_text("updated")
+        expect(b.page.locator("#chart text.empty")).to_have_text("history unavailable")
+        assert b.page.locator("#live").get_attribute("data-state") != "error"
+    engine.dispose()
+    assert all("404" in p for p in b.problems), b.problems  # the browser logs the one 404, nothing else

@@ -99,13 +99,20 @@ async function selectPeer(hotkey) {
   for (const row of $("leaderboard").querySelectorAll("tbody tr")) {
     row.classList.toggle("selected", row.dataset.hotkey === hotkey);
   }
-  const history = await getJson(`/v1/peers/${encodeURIComponent(hotkey)}/history?limit=500`);
+  // One peer's history failing (a hotkey no path can name, such as "a/b" or "..") must not fail
+  // the page: the peer is selected by default when it ranks first.
+  let points = [];
+  let empty = "no history yet";
+  try {
+    points = (await getJson(`/v1/peers/${encodeURIComponent(hotkey)}/history?limit=500`)).points;
+  } catch {
+    empty = "history unavailable";
+  }
   $("chart-peer").textContent = short(hotkey);
-  const points = history.points;
   lines($("chart"), points.map((p) => p.window), [
     { name: "score", values: points.map((p) => p.final_score), side: "left" },
     { name: "ordinal", values: points.map((p) => p.ordinal), side: "right" },
-  ], "no history yet");
+  ], empty);
 }
 
 function renderWindow(detail) {
