@@ -29,6 +29,7 @@ from api import routes_ops, routes_peers, routes_trends, routes_windows, routes_
 from api.deps import AppState, build_state
 from api.events import relay_events
 from api.http import (
+    HeadAsGetMiddleware,
     InternalErrorMiddleware,
     PolicyStaticFiles,
     SecurityHeadersMiddleware,
@@ -83,6 +84,8 @@ def create_app(config: ApiConfig) -> FastAPI:
         # FastAPI's own pages load Swagger UI and ReDoc from a CDN: routes_ops serves /docs locally.
         docs_url=None,
         redoc_url=None,
+        # a redirect to the slashless path took its host from the request's Host header
+        redirect_slashes=False,
     )
     app.state.gauntlet = state
     install_error_handlers(app)
@@ -106,6 +109,7 @@ def create_app(config: ApiConfig) -> FastAPI:
     app.add_middleware(InternalErrorMiddleware)  # innermost: its 500s are counted and carry the headers
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(HeadAsGetMiddleware, exclude=frozenset({"/v1/events"}))
     return app
 
 

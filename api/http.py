@@ -140,6 +140,28 @@ class SecurityHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+class HeadAsGetMiddleware:
+    """HEAD answered as GET without its body (RFC 9110 §9.3.2): FastAPI routes declared for GET
+    refused HEAD with 405, so load balancers and uptime checks probing with HEAD read the API as
+    down. `exclude`: paths whose GET never ends (the event stream), left to refuse HEAD."""
+
+    def __init__(self, app: ASGIApp, exclude: frozenset[str] = frozenset()) -> None:
+        self.app = app
+        self.exclude = exclude
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD" or scope["path"] in self.exclude:
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)
+
+
 class InternalErrorMiddleware:
     """Any exception no handler took becomes the API's JSON 500 here, inside the security headers'
     and the metrics' middleware (Starlette's own last resort sits outside both: a plain-text 500
@@ -181,4 +203,7 @@ class PolicyStaticFiles(StaticFiles):
     async def get_response(self, path: str, scope: Scope) -> Response:
         response = await super().get_response(path, scope)
         response.headers["Content-Security-Policy"] = self._policies.get(path, self._default)
+        # revalidated on every load (the ETag makes that cheap): cached heuristically, an upgraded
+        # API's dashboard ran the old scripts against the new endpoints
+        response.headers["Cache-Control"] = "no-cache"
         return response

@@ -131,3 +131,21 @@ def test_static_pages_carry_the_content_security_policy(tmp_path: Path) -> None:
     db.engine.dispose()
     assert policy["/"] == policy["/static/index.html"] == policy["/static/app.js"] == DASHBOARD_CSP
     assert policy["/docs"] == policy["/static/docs.html"] == DOCS_CSP
+
+
+def test_head_slashes_and_script_caching(tmp_path: Path) -> None:
+    """A second audit: HEAD was refused (405) on every route, a trailing slash redirected to the
+    host the client named, and the dashboard's scripts carried no Cache-Control."""
+    db = seeded_database(f"sqlite:///{tmp_path}/head.db")
+    with run_server(config_for(db.url)) as server, httpx.Client(base_url=server.base_url) as client:
+        for path in ("/healthz", "/readyz", "/", "/v1/peers", "/v1/windows/5", "/static/app.js"):
+            got, head = client.get(path), client.head(path)
+            assert head.status_code == got.status_code == 200, (path, head.status_code)
+            assert head.content == b"" and head.headers["content-type"] == got.headers["content-type"]
+            if "content-length" in got.headers:
+                assert head.headers["content-length"] == got.headers["content-length"]
+        slash = client.get("/v1/peers/", headers={"host": "evil.example"})
+        assert slash.status_code == 404 and "location" not in slash.headers
+        for script in ("/static/app.js", "/static/charts.js", "/static/app.css"):
+            assert client.get(script).headers["cache-control"] == "no-cache"
+    db.engine.dispose()
