@@ -134,16 +134,21 @@ def peer_list(
 ) -> PeerList:
     """The ranking (rank is the place in the whole ranking, also when filtered), sorted, filtered
     and paginated."""
+    board = leaderboard(session=session)
+    # the window the ratings were read at labels the body and gives the statuses: `latest` is the
+    # API's view of the newest commit, up to `commit_refresh_s` old, and a body said window 5 over
+    # window 6's rows (an audit)
+    window = board[0].updated_window if board else latest
     statuses: dict[str, str] = {}
-    stored = None if latest is None else load_window(session, memo, latest)
+    stored = None if window is None else load_window(session, memo, window)
     if stored is not None:
         statuses = {s.hotkey: s.status for s in stored[1].submissions}
     labels = labels or {}
-    every = [_row(e, statuses.get(e.hotkey), labels.get(e.hotkey)) for e in leaderboard(session=session)]
+    every = [_row(e, statuses.get(e.hotkey), labels.get(e.hotkey)) for e in board]
     where = query.where
     rows = [r for r in every if where.matches(r)]
     page = _sorted(rows, query.sort, query.order == "desc")[query.offset : query.offset + query.limit]
-    return PeerList(window=latest, total=len(rows), offset=query.offset, limit=query.limit, peers=page)
+    return PeerList(window=window, total=len(rows), offset=query.offset, limit=query.limit, peers=page)
 
 
 def _peer_window(window: int, state: str, part: PeerRows) -> PeerWindow:

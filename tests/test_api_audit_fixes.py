@@ -3,6 +3,7 @@ answers while the database is down, a uid has one spelling, and static pages car
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -10,11 +11,21 @@ from pathlib import Path
 import httpx
 import redis
 
+from api.cache import WindowMemo
+from api.peer_views import PeerQuery, peer_list
 from api.routes_ops import DASHBOARD_CSP, DOCS_CSP
 from storage.db import session_scope
 from storage.records import WeightSetRecord
-from storage.writer import record_weight_set
-from tests.api_fixtures import REDIS_URL, SeededDb, config_for, redis_namespace, run_server, seeded_database
+from storage.writer import commit_window, record_weight_set
+from tests.api_fixtures import (
+    REDIS_URL,
+    SeededDb,
+    config_for,
+    redis_namespace,
+    run_server,
+    seeded_database,
+    window_record,
+)
 from tests.fault_fixtures import silent_server
 
 DEAD_DB = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"
@@ -149,3 +160,19 @@ def test_head_slashes_and_script_caching(tmp_path: Path) -> None:
         for script in ("/static/app.js", "/static/charts.js", "/static/app.css"):
             assert client.get(script).headers["cache-control"] == "no-cache"
     db.engine.dispose()
+
+
+def test_the_peer_list_is_labelled_with_the_window_its_ratings_were_read_at(tmp_path: Path) -> None:
+    """The API's view of the newest commit lags a commit by up to `commit_refresh_s`: the list
+    said window 5, with window 5's statuses, over window 6's ratings (a second audit)."""
+    db = seeded_database(f"sqlite:///{tmp_path}/lag.db")
+    with session_scope(db.engine) as session:
+        newer = window_record(6)
+        first = newer.submissions[0]
+        changed = [dataclasses.replace(first, status="missing", reason="missing"), *newer.submissions[1:]]
+        commit_window(session=session, record=dataclasses.replace(newer, submissions=changed))
+    with session_scope(db.engine) as session:
+        body = peer_list(session, WindowMemo(8), PeerQuery(), latest=5)  # the lagging view
+    db.engine.dispose()
+    assert body.window == 6 and {p.updated_window for p in body.peers} == {6}
+    assert next(p for p in body.peers if p.hotkey == first.hotkey).last_status == "missing"
