@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 from storage.db import DatabaseConfig, make_engine
 from storage.models import LeaderLease
 from tests.storage_fixtures import PG_URL, create_pg_database, drop_pg_database
+from validator.round.lock_keeper import LockKeeper
 from validator.settings import Settings
 from validator.state.leader_lease import LeaseLock
 from validator.telemetry.events import LeaderLock, connect
@@ -170,3 +172,44 @@ def test_the_holder_is_the_work_folders_own_random_id(tmp_path: Path) -> None:
     assert holder_id(tmp_path / "a") == one  # a restart takes its own lease back
     (tmp_path / "b" / HOLDER_FILE).write_text("not an id")
     assert holder_id(tmp_path / "b") not in (two, "not an id")  # a damaged file: a new id
+
+
+def test_a_long_window_keeps_the_lead_from_a_copy_of_the_work_folder(engine: Engine) -> None:
+    """The round renews its lock at the weight step, once a window: a window running past half the
+    TTL let a live copy of the work folder take the lead from a process that was only busy. The
+    service's LockKeeper renews it in between, for `keep_s` after the round's own renewal; a
+    round that hangs past that yields the lead. `kept` beside `bare`, which has no keeper."""
+    ttl = 2.0
+    kept, bare = (
+        {p: LeaseLock(engine, name, ttl_s=ttl, holder=Holder("id", p)) for p in "ab"} for name in "kb"
+    )
+    weigher = SimpleNamespace(lock=kept["a"], led_at=None)
+    keeper = LockKeeper(weigher, every_s=0.1, keep_s=1.5).start()  # type: ignore[arg-type]
+    try:
+        assert kept["a"].acquire() and bare["a"].acquire()
+        weigher.led_at = time.monotonic()  # the round's renewal at its weight step
+        time.sleep(1.3)  # the window runs on, past half the TTL
+        assert bare["b"].acquire()  # the copy took the lead from the busy original
+        assert not kept["b"].acquire()  # renewed by the keeper 0.1 s ago
+        time.sleep(1.5)  # the keeper stopped at 1.5 s, unrenewed since for over half the TTL
+        assert kept["b"].acquire()
+    finally:
+        keeper.stop()
+
+
+def test_the_keeper_stops_on_a_refused_renewal_and_on_stop() -> None:
+    calls = []
+
+    class Refused:
+        def acquire(self) -> bool:
+            calls.append(time.monotonic())
+            return False
+
+    weigher = SimpleNamespace(lock=Refused(), led_at=time.monotonic())
+    keeper = LockKeeper(weigher, every_s=0.05, keep_s=60.0).start()  # type: ignore[arg-type]
+    time.sleep(0.4)
+    assert len(calls) == 1  # another holder took it: nothing until the round renews again
+    weigher.led_at = time.monotonic()
+    time.sleep(0.4)
+    keeper.stop()
+    assert len(calls) == 2 and not keeper._thread.is_alive()

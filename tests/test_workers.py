@@ -206,8 +206,9 @@ def test_a_replaced_or_stopped_round_closes_its_workers() -> None:
         fake = SimpleNamespace(
             ledger=SimpleNamespace(engine=engine),
             judging=Judging(remote=remote),
-            weigher=SimpleNamespace(lock=lock),
+            weigher=SimpleNamespace(lock=lock, led_at=None),
             fetcher=fetcher,
+            cfg=SimpleNamespace(window=SimpleNamespace(blocks_per_window=10)),
         )
         return cast(Round, fake)
 

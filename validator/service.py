@@ -6,7 +6,8 @@ After `salvage_after` failed attempts at one window the next attempt is salvaged
 are skipped and the window is committed with what could be scored (`window_salvaged` in the log,
 `gauntlet_windows_salvaged_total`), so no input can hold the validator on one window. Only a
 failure to commit at all (storage down) is retried for as long as it lasts.
-SIGTERM lets the current window finish, then releases the leader lock and exits.
+SIGTERM lets the current window finish, then releases the leader lock and exits. While a window
+runs, a `LockKeeper` keeps the lead's lock renewed (validator/round/lock_keeper.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import structlog
 
 from validator.chain.protocol import BLOCK_SECONDS
 from validator.round.config import RoundConfig
+from validator.round.lock_keeper import LockKeeper
 from validator.round.loop import Round, WindowState, run_window
 
 log = structlog.get_logger(__name__)
@@ -70,6 +72,8 @@ def serve(
 
     `reconnect(rnd, state)` rebuilds both from storage, reusing the old model's memory."""
     committed, failures, failing = 0, 0, None
+    window_s = rnd.cfg.window.blocks_per_window * BLOCK_SECONDS
+    keeper = LockKeeper.for_windows(rnd.weigher, window_s).start()
     try:
         while not stop.is_set() and (max_windows is None or committed < max_windows):
             window = state.model.window
@@ -88,6 +92,7 @@ def serve(
                 rnd.metrics.failing_streak.set(failures)
                 stop.wait(retry.pause_s)
                 rnd, state = _reconnect(rnd, state, reconnect, stop, retry.pause_s)
+                keeper.weigher = rnd.weigher
                 continue
             committed, failures, state = committed + 1, 0, report.state
             rnd.metrics.failing_streak.set(0)
@@ -101,6 +106,7 @@ def serve(
                 **report.timings,
             )
     finally:
+        keeper.stop()  # first: a renewal after the release would take the lock back
         rnd.weigher.lock.release()
         _close_remote(rnd)
     return committed

@@ -28,6 +28,7 @@ from storage.db import make_engine
 from validator.chain.protocol import BLOCK_SECONDS, Chain, WindowConfig
 from validator.round.check_config import CheckConfig
 from validator.round.config import RoundConfig
+from validator.round.lock_keeper import LOCK_TTL_WINDOWS
 from validator.round.loop import Judging, Round, WindowState
 from validator.round.publishing import SelectionPublisher
 from validator.round.rating import RankingConfig
@@ -245,7 +246,8 @@ def leader_lock(s: Settings, ledger: Ledger, redis: Redis | None, hotkey: str) -
     renews its lock at once, a restarted process takes it over once it has gone unrenewed for half
     its TTL, and a host started from a copy of the work folder never while the original renews it."""
     holder = Holder(holder_id(Path(s.workdir)))
-    ttl = int(3 * s.blocks_per_window * BLOCK_SECONDS)  # refreshed every window, so it outlives gaps
+    # renewed every window (and between, while a window runs long: validator/round/lock_keeper.py)
+    ttl = int(LOCK_TTL_WINDOWS * s.blocks_per_window * BLOCK_SECONDS)
     if redis is not None:
         return LeaderLock(redis, hotkey, ttl_s=ttl, holder=holder)
     return LeaseLock(ledger.engine, hotkey, ttl_s=ttl, holder=holder, db=ledger.db)

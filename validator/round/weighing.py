@@ -6,6 +6,7 @@ never raised: the scoring of the next window must not depend on the chain accept
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,12 +72,16 @@ class Weigher:
         self.chain, self.policy, self.lock, self.record = chain, policy, lock, record
         self.schedule, self.metrics = schedule, metrics
         self._leading = False
+        # when this process last took or renewed the lock as its leader (time.monotonic), else None:
+        # what the service's LockKeeper renews it from while a long window runs (lock_keeper.py)
+        self.led_at: float | None = None
 
     def maybe_set(self, window: int, ratings: RatingState) -> WeightSetRecord | None:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
         if leader and not self._leading:  # the lead (back) in this process: what the last leader set
             self.schedule.reload()
         self._leading = leader
+        self.led_at = time.monotonic() if leader else None
         if not self.schedule.due(window):
             return None
         covered = self.schedule.paid_windows(window)
