@@ -27,6 +27,9 @@ class PeerPayload:
     update: Mapping[str, SparseParam]
     resolution: float = 0.0  # the upload lies in (timestamp - resolution, timestamp]
     linked: bool = False  # already linked to another peer (scoring/links.py): outside the links' consensus
+    # proven its training before this window (scoring/proof.py): once three are compared, the
+    # window's baseline and consensus are theirs (scoring/uniqueness.py)
+    proven: bool = False
 
     def clearly_before(self, other: PeerPayload) -> bool:
         # Both times must be the validator's own sightings: an unsighted peer's timestamp is its

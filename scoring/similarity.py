@@ -134,10 +134,12 @@ def residual_similarity(
     # Each peer counts in the consensus by how much it agrees with the plain mean: unrelated updates
     # (noise, junk) weigh ~0, so they cannot blur the honest consensus whose removal decorrelates
     # honest residuals (with 12 of 25 junk peers honest pairs kept +0.04…+0.08 without this)
-    mean = unit.sum(0)
+    left_out = None if outside is None else torch.from_numpy(outside)
+    # the mean that weighs the consensus leaves them out too: a crowd of them set its direction
+    mean = unit.sum(0) if left_out is None or bool(left_out.all()) else unit[~left_out].sum(0)
     weight = (unit @ (mean / torch.linalg.vector_norm(mean).clamp_min(1e-30))).clamp_min(0.0)
-    if outside is not None:
-        weight[torch.from_numpy(outside)] = 0.0
+    if left_out is not None:
+        weight[left_out] = 0.0
     # (P, D) matrices are the window's one per-peer cost here: each step works in place (the same
     # arithmetic: total − w is total + (−w) exactly), so at most three are alive at once
     others = weight[:, None] * unit

@@ -53,6 +53,7 @@ from scoring.similarity import estimate_overlaps, exact_overlap, residual_simila
 from scoring.types import Reason
 
 I64 = npt.NDArray[np.int64]
+MIN_PROVEN = 3  # compared proven peers from which the baseline and consensus are theirs alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,9 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
         return CopyCheck(_measured(sorted(findings, key=lambda f: (f.offender, f.other)), peers, cfg))
     judged = [peers[i] for i in heads]
     idx, val, estimates = idx[heads], val[heads], estimates[np.ix_(heads, heads)]
-    similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)
-    flagged = _flagged(judged, cfg, findings, dup_pairs, estimates, similarity)
+    unproven = _unproven(judged)
+    similarity = residual_similarity(idx, val, cfg.sketch_bits, rng, unproven)
+    flagged = _flagged(judged, cfg, findings, dup_pairs, estimates, similarity, unproven)
     flagged = _measured(flagged, peers, cfg) if cfg.calibrate else flagged
     peers = judged
     # links are measured among the peers not caught copying: copies of one victim in the consensus
@@ -115,6 +117,8 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     caught = offences(flagged)
     rows = [i for i, p in enumerate(peers) if p.hotkey not in caught]
     outside = np.array([peers[i].linked for i in rows], dtype=np.bool_)
+    if unproven is not None:
+        outside |= unproven[rows]
     if len(rows) - int(outside.sum()) < 3:  # too few to measure a consensus: no new evidence
         return CopyCheck(flagged)
     if len(rows) < len(peers) or outside.any():
@@ -140,10 +144,11 @@ def _flagged(
     dup_pairs: set[frozenset[str]],
     estimates: npt.NDArray[np.float64],
     similarity: npt.NDArray[np.float64],
+    unproven: npt.NDArray[np.bool_] | None = None,
 ) -> list[CopyFinding]:
     """The duplicate `findings` plus every pair whose copy strength reaches a tier, sorted."""
     calibrated = cfg.calibrate and len(peers) >= 3
-    baseline = _typical_overlap(estimates) if calibrated else 0.0
+    baseline = _typical_overlap(estimates, unproven) if calibrated else 0.0
     margin = cfg.candidate_margin
     pick = (_excess(estimates, baseline) >= cfg.halve_at - margin) | (similarity >= cfg.halve_at - margin / 2)
     for i, j in zip(*np.nonzero(np.triu(pick, k=1)), strict=True):
@@ -185,8 +190,24 @@ def _measured(
     ]
 
 
-def _typical_overlap(estimates: npt.NDArray[np.float64]) -> float:
-    """The median overlap over all pairs: what honest peers share at this stage of training."""
+def _unproven(peers: Sequence[PeerPayload]) -> npt.NDArray[np.bool_] | None:
+    """The peers left out of the window's baseline and consensus: those that have not proven their
+    training, once at least `MIN_PROVEN` compared peers have (else None: everyone counts). New
+    identities are free: ten re-compressed noisy copies of one victim beside five honest peers set
+    the median pair (0.50) and the consensus, no copy was flagged, and two honest peers were named
+    each other's copies (residual similarity 0.16 against a crowd-tilted consensus)."""
+    out = np.array([not p.proven for p in peers], dtype=np.bool_)
+    return out if len(peers) - int(out.sum()) >= MIN_PROVEN else None
+
+
+def _typical_overlap(
+    estimates: npt.NDArray[np.float64], unproven: npt.NDArray[np.bool_] | None = None
+) -> float:
+    """The median overlap over all pairs (of proven peers, when `unproven` is given): what honest
+    peers share at this stage of training."""
+    if unproven is not None:
+        keep = np.flatnonzero(~unproven)
+        estimates = estimates[np.ix_(keep, keep)]
     upper = estimates[np.triu_indices(estimates.shape[0], k=1)]
     return float(np.clip(np.median(upper), 0.0, 0.99))
 

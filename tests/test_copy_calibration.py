@@ -9,6 +9,7 @@ honest pair could have (≈ 0.32) and went unflagged. Both are judged here on re
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -41,13 +42,13 @@ def honest_updates(ds: Dataset, steps: int, peers: int) -> list[Update]:
     return out
 
 
-def noisy_copy(victim: Update, seed: int) -> Update:
-    """The victim's update plus noise at half each parameter's kept RMS, compressed again."""
+def noisy_copy(victim: Update, seed: int, level: float = 0.5) -> Update:
+    """The victim's update plus noise at `level` × each parameter's kept RMS, compressed again."""
     gen = torch.Generator().manual_seed(seed)
     dense = {}
     for name, p in victim.items():
         rms = p.values.norm() / max(p.values.numel(), 1) ** 0.5
-        dense[name] = p.dense() + torch.randn(p.shape, generator=gen) * 0.5 * rms
+        dense[name] = p.dense() + torch.randn(p.shape, generator=gen) * level * rms
     return compress_to_sparse(dense, None)
 
 
@@ -139,3 +140,24 @@ def test_a_walk_of_sybils_between_two_honest_peers_frames_neither(dataset: Datas
     for seed in range(3):
         found = find_copies(peers, seed=seed)
         assert not {f.offender for f in found if f.clear} & {f"p{i}" for i in range(6)}, seed
+
+
+def test_a_crowd_of_recompressed_copies_cannot_set_the_baseline(dataset: Dataset) -> None:
+    """Ten copies of one honest update, each with its own noise at 0.3 of the kept values' RMS and
+    compressed again (under 0.9 overlap with each other: not one update), from stores the polls
+    never see, beside five proven honest peers. Counted in the baseline, the copies set the median
+    pair (≈ 0.50) and the consensus: no copy was named, and two honest peers were named each
+    other's copies. Once three compared peers have proven training, both are theirs."""
+    honest = honest_updates(dataset, steps=20, peers=5)
+    crowd = [noisy_copy(honest[0], seed, level=0.3) for seed in range(10)]
+    unseen = [PeerPayload(f"s{i}", f"ds{i}", 5.0, u, math.inf) for i, u in enumerate(crowd)]
+    everyone = payloads(honest, len(honest)) + unseen
+    proven = [replace(p, proven=p.hotkey.startswith("p")) for p in everyone]
+    for seed in range(2):
+        found = find_copies(proven, seed=seed)
+        named = {h for f in found for h in (f.offender, f.other)}
+        assert named == {"p0"} | {p.hotkey for p in unseen}, sorted(named)
+        assert not offences(found)  # nobody saw the copies upload: unclear, nobody penalised
+        assert all(0.1 < f.baseline < 0.25 for f in found)  # what honest pairs share, not the crowd's 0.5
+    blind = find_copies(everyone, seed=0)  # nobody proven: the crowd's baseline, as before
+    assert not {h for f in blind for h in (f.offender, f.other)} & {p.hotkey for p in unseen}

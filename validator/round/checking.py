@@ -140,7 +140,12 @@ def reject_echoes(
 
 
 def reject_copies(
-    peers: Sequence[PeerWindow], cfg: CheckConfig, *, seed: int, linked: Collection[str] = ()
+    peers: Sequence[PeerWindow],
+    cfg: CheckConfig,
+    *,
+    seed: int,
+    linked: Collection[str] = (),
+    proven: Collection[str] = (),
 ) -> tuple[list[PeerWindow], CopyCheck]:
     """Duplicates and near-copies across all valid submissions. The offender of a pair whose upload
     order is clear from the validator's own first sight becomes invalid; an unclear pair penalises
@@ -151,7 +156,11 @@ def reject_copies(
             seen, resolution = _sighting(p.fetch)
             update, ours = p.update, p.hotkey in linked
             # by payload digest: a re-encoded copy goes through the pairwise check, which orients each pair
-            payloads.append(PeerPayload(p.hotkey, update.digest, seen, update.params, resolution, ours))
+            payloads.append(
+                PeerPayload(
+                    p.hotkey, update.digest, seen, update.params, resolution, ours, proven=p.hotkey in proven
+                )
+            )
     copies = examine_copies(payloads, cfg.uniqueness, seed=seed)
     worst = offences(copies.findings)
     out = []
@@ -218,4 +227,4 @@ def check_window(
     checked = reject_replays(checked, seen_before)
     checked = reject_zero_updates(checked, cfg)
     checked = reject_norm_outliers(checked, cfg, standing.proven)
-    return reject_copies(checked, cfg, seed=seed.number, linked=standing.linked)
+    return reject_copies(checked, cfg, seed=seed.number, linked=standing.linked, proven=standing.proven)
