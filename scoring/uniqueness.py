@@ -24,7 +24,10 @@ threshold flags honest peers. The tiers apply to a *copy strength*: the larger o
   a pair below `similarity_floor` is never flagged by positions alone.
 Each flagged pair is reported with its overlap, similarity and baseline. A group that sent one
 update (equal payloads, or the same positions with jittered values: scoring/same_update.py) takes
-part once, through its first upload: in numbers it set the median pair and the consensus.
+part once, through its first upload: in numbers it set the median pair and the consensus. Once
+`MIN_PROVEN` compared peers have proven their training, the median pair and the consensus are
+theirs alone (`_unproven`): identities are free, and a crowd of copies each re-compressed with
+noise of its own is not one update.
 
 Direction. The offender is the later uploader, judged by the validator's own observation: a peer's
 upload lies in `(timestamp − resolution, timestamp]`; a is clearly first when `t_a <= t_b − res_b`
