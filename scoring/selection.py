@@ -29,7 +29,8 @@ from scoring.clipping import interpolated
 from scoring.twins import NO_TWINS, Twins, judge_twins
 
 K = TypeVar("K", int, str)  # uid or hotkey
-BAND_CAP = 2.0  # the honest band's top is at most this × the admissible updates' median inflation
+BAND_CAP = 2.0  # among fewer than BAND_FREE admissible updates, the band's top is at most this × their median
+BAND_FREE = 4  # from this many admissible updates the band's top is their upper quartile, uncapped
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,15 +194,24 @@ def _mass(c: Candidate) -> float:
 
 
 def _band(inflations: Sequence[float]) -> float:
-    """The top of the honest band in units of the clip reference: 1 once the reference comes from
-    proven peers (their upper quartile). In the first aggregated window it is taken over every valid
-    update, and a crowd of tiny ones there would make each full update look inflated: the band is
-    then the upper quartile of the admissible updates' own inflations, at most twice their median
-    (as the clip reference is capped), so a coalition of inflated peers cannot lift it alone."""
+    """The top of the honest band in units of the clip reference: the upper quartile of the
+    admissible updates' own inflations, at least 1 (the reference is the proven peers' upper
+    quartile, or in the first aggregated window every valid update's, where a crowd of tiny ones
+    makes each full update look inflated).
+
+    Not capped at twice their median from `BAND_FREE` updates on: a majority of proven peers that
+    train little (a tenth of the steps, or honest work sent at 0.3×) owns that median and with it
+    the clip reference (capped at twice the proven median): every honest full update then read
+    1.6-2.2 and was left out of every window (five such identities beside four honest peers: honest
+    coverage 0, held-out loss 1.7-2.0× honest-only; a red-team run). A coalition holding the upper
+    quartile with inflated updates is admitted instead, but still clipped to the capped reference,
+    so each counts as at most twice the proven median norm. Among fewer updates the upper quartile
+    is near the largest, and the cap holds: one inflated update among three is left out."""
     if not inflations:
         return 1.0
     ordered = sorted(inflations)
-    return max(1.0, min(interpolated(ordered, 0.75), BAND_CAP * median(ordered)))
+    upper = interpolated(ordered, 0.75)
+    return max(1.0, upper if len(ordered) >= BAND_FREE else min(upper, BAND_CAP * median(ordered)))
 
 
 def _admissible(c: Candidate, cfg: SelectionConfig) -> bool:

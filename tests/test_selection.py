@@ -206,14 +206,35 @@ def test_an_update_inflated_above_the_honest_band_is_not_aggregated() -> None:
 def test_a_reference_held_by_a_crowd_of_tiny_updates_does_not_shut_out_full_ones() -> None:
     """The first aggregated window's reference counts every valid update: with tiny ones holding
     its upper quartile, full updates sit 50× above it. The band follows the admissible updates
-    (their upper quartile, at most twice their median), so the full ones are aggregated and one
-    scaled ×1.7 beside them still is not; a coalition of inflated peers cannot lift the band alone."""
+    (their upper quartile), so the full ones are aggregated and one scaled ×1.7 beside them still
+    is not; among three, one inflated update cannot lift the band (capped at twice the median)."""
     full = [cand(f"h{i}", inflation=50.0 + i / 10) for i in range(4)]
     sel = select_aggregation([*full, cand("big", inflation=85.0), cand("junk", gain=-0.01, inflation=1.0)])
     assert set(sel.gather) == {"h0", "h1", "h2", "h3"}
+    few = [cand("h0", inflation=1.0), cand("h1", inflation=1.0), cand("big", inflation=4.0)]
+    assert set(select_aggregation(few).gather) == {"h0", "h1"}
+
+
+def test_a_majority_of_weak_proven_updates_does_not_shut_out_full_ones() -> None:
+    """A red-team run: five identities proving their training with a tenth of the steps (or honest
+    work sent at 0.3×) beside four honest peers own the proven median, so the clip reference (at
+    most twice it) sat under every full update, which read 1.6-2.2 and was left out of every window
+    (honest coverage 0). The band is the admissible updates' upper quartile, uncapped from four of
+    them: the full updates are aggregated. A coalition holding that quartile with inflated updates
+    is admitted too, clipped to the reference (its cost: it counts as twice the proven median)."""
+    weak = [cand(f"w{i}", inflation=0.5) for i in range(5)]
+    full = [cand(f"h{i}", inflation=1.8 + i / 10) for i in range(4)]
+    assert {f"h{i}" for i in range(4)} <= set(select_aggregation([*weak, *full]).gather)
     honest = [cand(f"h{i}", inflation=1.0) for i in range(5)]
-    inflated = [cand(f"s{i}", inflation=4.0) for i in range(3)]  # q75 theirs, capped at 2 × median
-    assert set(select_aggregation([*honest, *inflated]).gather) == {f"h{i}" for i in range(5)}
+    inflated = [cand(f"s{i}", inflation=4.0) for i in range(3)]
+    assert set(select_aggregation([*honest, *inflated]).gather) == {
+        *(f"h{i}" for i in range(5)),
+        "s0",
+        "s1",
+        "s2",
+    }
+    one = [*honest, cand("big", inflation=4.0)]  # one of six: the quartile stays honest
+    assert set(select_aggregation(one).gather) == {f"h{i}" for i in range(5)}
 
 
 def test_inflation_is_the_median_parameter_ratio() -> None:
