@@ -59,13 +59,22 @@ class CopyFinding:
 
 def oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFinding:
     """`finding` for the pair (a, b), which names b the offender, turned to name the later uploader;
-    when neither is clearly first, the finding is unclear."""
-    if a.clearly_before(b):
+    when neither is clearly first, the finding is unclear. An upload first by a peer that has not
+    proven its training never makes a proven one the offender (the pair is unclear): every input
+    of an honest update is public (the base, the peer's assigned pages, the recipe), so an identity
+    can compute a proven peer's update and publish it first; it had the victim rejected and banned
+    in every window (a red-team run). What that costs: a proven copier of a newcomer, in the
+    newcomer's warm-up, is not penalised (the pair's one aggregated member is then the copier)."""
+    if a.clearly_before(b) and not _first_unproven(a, b):
         return replace(finding, offender=b.hotkey, other=a.hotkey)
-    if b.clearly_before(a):
+    if b.clearly_before(a) and not _first_unproven(b, a):
         return replace(finding, offender=a.hotkey, other=b.hotkey)
     first, second = sorted((a.hotkey, b.hotkey))
     return replace(finding, offender=second, other=first, clear=False)
+
+
+def _first_unproven(first: PeerPayload, later: PeerPayload) -> bool:
+    return later.proven and not first.proven
 
 
 def tie_same_updates(

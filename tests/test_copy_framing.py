@@ -80,3 +80,27 @@ def test_of_an_unclear_pair_the_peer_the_validator_saw_is_kept() -> None:
     assert "victim" in kept and "thief" not in kept
     tied = _twin_selection("5Aaa", "5Zzz", 8.0, 8.0)
     assert "5Zzz" in tied and "5Aaa" not in tied
+
+
+def test_an_unproven_identity_publishing_a_proven_peers_update_first_frames_nobody() -> None:
+    """A red-team run: an honest update's inputs are public (the base, the assigned pages, the
+    recipe), so an identity computed a proven victim's update and published it 4 s before it; the
+    victim, seen later, was rejected as the duplicate and banned in every window. An unproven
+    first upload never makes a proven peer the offender; between peers alike the order decides."""
+    rng = np.random.default_rng(13)
+    update = random_update(rng)
+    victim = PeerPayload("victim", "same", 10.0, update, 1.0, proven=True)
+    early = PeerPayload("early", "same", 6.0, update, 1.0)
+    for found in (find_copies([victim, early], seed=1), find_copies([victim, early, *_others(rng)], seed=1)):
+        assert found and offences(found) == {}, found
+    near = PeerPayload("early", "near", 6.0, copy_of(update, random_update(rng), 0.8, rng), 1.0)
+    assert offences(find_copies([victim, near, *_others(rng)], seed=1)) == {}
+    # proven alike, or unproven alike: the later upload is still the offender
+    proven_early = PeerPayload("early", "same", 6.0, update, 1.0, proven=True)
+    assert set(offences(find_copies([victim, proven_early], seed=1))) == {"victim"}
+    newcomer = PeerPayload("victim", "same", 10.0, update, 1.0)
+    assert set(offences(find_copies([newcomer, early], seed=1))) == {"victim"}
+
+
+def _others(rng: np.random.Generator) -> list[PeerPayload]:
+    return [PeerPayload(f"o{i}", f"do{i}", 1.0 + i, random_update(rng), 1.0, proven=True) for i in range(3)]
