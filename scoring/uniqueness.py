@@ -109,7 +109,7 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     idx, val, estimates = idx[heads], val[heads], estimates[np.ix_(heads, heads)]
     unproven = _unproven(judged)
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng, unproven)
-    flagged = _flagged(judged, cfg, findings, dup_pairs, estimates, similarity, unproven)
+    flagged = _flagged(judged, cfg, findings, dup_pairs, estimates, similarity)
     flagged = _measured(flagged, peers, cfg) if cfg.calibrate else flagged
     peers = judged
     # links are measured among the peers not caught copying: copies of one victim in the consensus
@@ -147,11 +147,10 @@ def _flagged(
     dup_pairs: set[frozenset[str]],
     estimates: npt.NDArray[np.float64],
     similarity: npt.NDArray[np.float64],
-    unproven: npt.NDArray[np.bool_] | None = None,
 ) -> list[CopyFinding]:
     """The duplicate `findings` plus every pair whose copy strength reaches a tier, sorted."""
     calibrated = cfg.calibrate and len(peers) >= 3
-    baseline = _typical_overlap(estimates, unproven) if calibrated else 0.0
+    baseline = _typical_overlap(estimates, _unproven(peers)) if calibrated else 0.0
     margin = cfg.candidate_margin
     pick = (_excess(estimates, baseline) >= cfg.halve_at - margin) | (similarity >= cfg.halve_at - margin / 2)
     for i, j in zip(*np.nonzero(np.triu(pick, k=1)), strict=True):
