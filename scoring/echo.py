@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from scoring.copy_config import UniquenessConfig
 from scoring.similarity import count_sketch, sample_blocks, sampled
+from scoring.twins import clusters
 from scoring.types import SparseParam
 
 F64 = npt.NDArray[np.float64]
@@ -99,23 +100,14 @@ def _norms(rows: F64) -> F64:
 
 
 def groups_of(keys: Sequence[str], ties: Iterable[tuple[str, str]]) -> list[int]:
-    """A group number per key: the keys `ties` join, directly or through others (union-find), are
-    one group; groups numbered by their first key in `keys` order."""
-    parent = {k: k for k in keys}
-
-    def root(k: str) -> str:
-        while parent[k] != k:
-            parent[k] = parent[parent[k]]
-            k = parent[k]
-        return k
-
-    for a, b in ties:
-        if a in parent and b in parent:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    number: dict[str, int] = {}
-    return [number.setdefault(root(k), len(number)) for k in keys]
+    """A group number per key: the keys `ties` join, directly or through others, are one group
+    (scoring/twins.py `clusters`); numbered in the order of their first key in `keys`."""
+    present = set(keys)
+    cluster = {
+        k: i for i, group in enumerate(clusters([p for p in ties if set(p) <= present])) for k in group
+    }
+    number: dict[tuple[int, str], int] = {}
+    return [number.setdefault((cluster[k], "") if k in cluster else (-1, k), len(number)) for k in keys]
 
 
 def find_echoes(

@@ -122,14 +122,14 @@ def reject_echoes(
     *,
     seed: int,
     proven: Collection[str],
-    copies: CopyCheck | None = None,
+    copies: CopyCheck,
 ) -> list[PeerWindow]:
     """Each valid peer whose update is mostly the window's consensus becomes invalid (`echo`), with
     the first copy tier: the mean of the others' work, sent as its own (scoring/echo.py). The pairs
     of `copies`' findings count as one update there: copies of a peer's work whose order is unclear
     would otherwise make up its consensus and reject it as an echo of itself."""
     updates = {p.hotkey: p.update.params for p in peers if p.valid and p.update is not None}
-    ties = [(f.offender, f.other) for f in copies.findings] if copies is not None else []
+    ties = [(f.offender, f.other) for f in copies.findings]
     echoes = find_echoes(updates, proven, cfg.uniqueness, cfg.echo_ratio, seed, ties)
     return [
         replace(p.reject(Reason.ECHO, echoes[p.hotkey].detail), copy_tier=CopyTier.HALVE)

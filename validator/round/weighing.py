@@ -71,16 +71,14 @@ class Weigher:
     ) -> None:
         self.chain, self.policy, self.lock, self.record = chain, policy, lock, record
         self.schedule, self.metrics = schedule, metrics
-        self._leading = False
-        # when this process last took or renewed the lock as its leader (time.monotonic), else None:
-        # what the service's LockKeeper renews it from while a long window runs (lock_keeper.py)
+        # when this process last took or renewed the lock as its leader (time.monotonic), else None
+        # (a follower): what the service's LockKeeper renews it from while a long window runs
         self.led_at: float | None = None
 
     def maybe_set(self, window: int, ratings: RatingState) -> WeightSetRecord | None:
         leader = self.lock.acquire()  # every window: the holder keeps its lock alive between weight sets
-        if leader and not self._leading:  # the lead (back) in this process: what the last leader set
+        if leader and self.led_at is None:  # the lead (back) in this process: what the last leader set
             self.schedule.reload()
-        self._leading = leader
         self.led_at = time.monotonic() if leader else None
         if not self.schedule.due(window):
             return None
