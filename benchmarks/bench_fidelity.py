@@ -77,7 +77,12 @@ MIXED = ",".join([HONEST, *(a if ":" in a else f"{a}:1" for a in ADVERSARIES), "
 REFERENCE = {"graded": "full_half", "weak_half": "full_half"}
 # Attempts to frame honest peers rather than to be aggregated: they are scored by honest coverage.
 # `shrunk`: four identities whose honest updates are halved (more linear, a higher retention).
-FRAMING = {"shrunk": f"{HONEST},shrunk:4"}
+FRAMING = {
+    "shrunk": f"{HONEST},shrunk:4",
+    # uid 1's update computed from public inputs and published first (validator/demo/sim/adversaries.py)
+    "frontrun": f"{HONEST},frontrun:1",
+    "frontrun_proven": f"{HONEST},frontrun_proven:1",
+}
 # Stronger variants of an adversary in the mix, measured alone beside the honest peers (the mixed
 # scenario stays the one every round has measured): poison at twice its share of the norm, and `lazy`
 # after three honest windows (`lapsed`: does a proof earned once carry a peer that stopped?), and six

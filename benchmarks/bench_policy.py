@@ -113,7 +113,8 @@ def main() -> None:
     pool = torch.from_numpy(rng.standard_normal(4_000_000).astype(np.float32))
     t0 = time.perf_counter()
     updates = [random_update(shapes, rng, pool) for _ in range(n_peers - 3)]
-    peers = [PeerPayload(f"hk{i:03d}", f"d{i}", 100.0 + i, u) for i, u in enumerate(updates)]
+    # the honest peers have proven training: only then does their first upload name a copier
+    peers = [PeerPayload(f"hk{i:03d}", f"d{i}", 100.0 + i, u, proven=True) for i, u in enumerate(updates)]
     planted = {}
     for j, frac in enumerate((0.45, 0.55, 0.7)):
         copy = copy_of(updates[j], random_update(shapes, rng, pool), frac, rng)

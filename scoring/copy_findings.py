@@ -59,22 +59,28 @@ class CopyFinding:
 
 def oriented(a: PeerPayload, b: PeerPayload, finding: CopyFinding) -> CopyFinding:
     """`finding` for the pair (a, b), which names b the offender, turned to name the later uploader;
-    when neither is clearly first, the finding is unclear. An upload first by a peer that has not
-    proven its training never makes a proven one the offender (the pair is unclear): every input
-    of an honest update is public (the base, the peer's assigned pages, the recipe), so an identity
-    can compute a proven peer's update and publish it first; it had the victim rejected and banned
-    in every window (a red-team run). What that costs: a proven copier of a newcomer, in the
-    newcomer's warm-up, is not penalised (the pair's one aggregated member is then the copier)."""
-    if a.clearly_before(b) and not _first_unproven(a, b):
+    when neither is clearly first, the finding is unclear. The order names an offender only when
+    the first uploader has proven its training and the later one has not: every input of an
+    honest update is public (the base, the peer's assigned pages, the recipe, its error feedback
+    replayed from its first window), so an identity can compute another peer's update and publish
+    it first. An unproven one had a proven victim rejected and banned in every window (a red-team
+    run); begun in the victim's warm-up (`frontrun`, validator/demo/sim/adversaries.py) it kept the
+    victim unevaluated, so never proven; one that proved training of its own first
+    (`frontrun_proven`) framed a proven victim as well. Any other pair is unclear: both sides are
+    evaluated, and whose assigned pages the update was trained on decides which of them may be
+    aggregated (scoring/twins.py `owners`). What that costs: a copier is penalised only for copying
+    a proven peer before it has proven anything itself (never aggregated either way); a frontrunner
+    with a proof of its own still frames a victim in the victim's warm-up."""
+    if a.clearly_before(b) and _decides(a, b):
         return replace(finding, offender=b.hotkey, other=a.hotkey)
-    if b.clearly_before(a) and not _first_unproven(b, a):
+    if b.clearly_before(a) and _decides(b, a):
         return replace(finding, offender=a.hotkey, other=b.hotkey)
     first, second = sorted((a.hotkey, b.hotkey))
     return replace(finding, offender=second, other=first, clear=False)
 
 
-def _first_unproven(first: PeerPayload, later: PeerPayload) -> bool:
-    return later.proven and not first.proven
+def _decides(first: PeerPayload, later: PeerPayload) -> bool:
+    return first.proven and not later.proven
 
 
 def tie_same_updates(

@@ -110,7 +110,7 @@ def select_aggregation(
     gains = [c.gain for c in admissible if c.gain is not None]
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
     verdict = judge_twins({c.key for c in candidates}, kept, lambda k: kept[k].final, twins)
-    for k in verdict.grouped | verdict.lesser:
+    for k in verdict.grouped | verdict.lesser | verdict.disowned:
         kept.pop(k, None)
     ranked = sorted(kept.values(), key=lambda c: (-c.final, -(c.gain or 0.0), c.key))
     keys = [c.key for c in ranked]
@@ -135,15 +135,16 @@ def left_out_for_cause(
 ) -> frozenset[str]:
     """The proven candidates whose gain reaches the window's floor but which `select_aggregation`
     (over the candidates that are not `later`) leaves out for a cause that its gain does not show:
-    an inflated norm, a low retention, a drifting direction, a group of three or more twins; and
-    the `later` side of a linked pair. Their gain at β overstates their work
+    an inflated norm, a low retention, a drifting direction, a group of three or more twins, an
+    update trained on another sender's pages (scoring/twins.py `owners`); and the `later` side of a
+    linked pair. Their gain at β overstates their work
     (validator/round/rating.py keeps them out of the rating match, as it keeps out every peer that
     has not proven its training). The band and the floor are the selection's, drawn over the peers
     it admits: identities that do not count cannot move them."""
     rest = [c for c in candidates if c.key not in later]
     limit, admissible, floor = _sifted(rest, cfg)
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    grouped = judge_twins({c.key for c in rest}, kept, lambda k: kept[k].final, twins).grouped
+    verdict = judge_twins({c.key for c in rest}, kept, lambda k: kept[k].final, twins)
     out = set()
     for c in candidates:
         if not c.proven or c.gain is None or c.gain <= 0.0 or c.gain < floor:
@@ -151,7 +152,8 @@ def left_out_for_cause(
         if not _admissible(replace(c, drifting=False), cfg):
             continue  # banned, or a streak of harmful updates: it plays, and loses
         unretained = c.retention is not None and c.retention < cfg.min_retention
-        if c.key in later or c.drifting or c.inflation > limit or unretained or c.key in grouped:
+        twinned = c.key in verdict.grouped or c.key in verdict.disowned
+        if c.key in later or c.drifting or c.inflation > limit or unretained or twinned:
             out.add(c.key)
     return frozenset(out)
 

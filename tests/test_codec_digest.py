@@ -21,7 +21,7 @@ from scoring.types import Reason, SparseUpdate, Verdict
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
 from validator.round.check_config import CheckConfig
-from validator.round.checking import check_window, file_judge
+from validator.round.checking import Standing, check_window, file_judge
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
@@ -126,7 +126,9 @@ def check(files: Mapping[str, bytes], window: int, ledger: DigestLedger) -> dict
     archive = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
     judge = file_judge(window=window, base=BASE, spec=SPEC, cfg=CheckConfig(), archive=archive)
     seen_before = lambda digests: ledger.seen_before(digests, window)  # noqa: E731
-    checked, _ = check_window(peers, judge, CheckConfig(), seen_before, WindowSeed("0" * 64))
+    # KEY has proven its training: only then does a first upload make a later one the offender
+    standing = Standing(proven=frozenset({KEY.ss58_address}))
+    checked, _ = check_window(peers, judge, CheckConfig(), seen_before, WindowSeed("0" * 64), standing)
     ledger.record(checked, window)
     return {p.hotkey: p for p in checked}
 

@@ -57,9 +57,16 @@ def blend(a: Update, b: Update) -> Update:
 
 
 def payloads(updates: list[Update], first_copy: int) -> list[PeerPayload]:
-    """Honest peers upload at t = 0..; copies 10 s later (clearly after, resolution 1 s)."""
+    """Honest peers, proven, upload at t = 0..; copies 10 s later (clearly after, resolution 1 s)."""
     return [
-        PeerPayload(f"p{i}", f"d{i}", float(i) / 10 + (10.0 if i >= first_copy else 0.0), u, 1.0)
+        PeerPayload(
+            f"p{i}",
+            f"d{i}",
+            float(i) / 10 + (10.0 if i >= first_copy else 0.0),
+            u,
+            1.0,
+            proven=i < first_copy,
+        )
         for i, u in enumerate(updates)
     ]
 
@@ -159,5 +166,6 @@ def test_a_crowd_of_recompressed_copies_cannot_set_the_baseline(dataset: Dataset
         assert named == {"p0"} | {p.hotkey for p in unseen}, sorted(named)
         assert not offences(found)  # nobody saw the copies upload: unclear, nobody penalised
         assert all(0.1 < f.baseline < 0.25 for f in found)  # what honest pairs share, not the crowd's 0.5
-    blind = find_copies(everyone, seed=0)  # nobody proven: the crowd's baseline, as before
+    # nobody proven: the crowd's baseline, as before
+    blind = find_copies([replace(p, proven=False) for p in everyone], seed=0)
     assert not {h for f in blind for h in (f.offender, f.other)} & {p.hotkey for p in unseen}

@@ -40,7 +40,7 @@ def test_unsighted_backdated_near_copy_frames_nobody() -> None:
 def test_two_sightings_still_decide_the_offender() -> None:
     rng = np.random.default_rng(13)
     victim_update = random_update(rng)
-    victim = PeerPayload("victim", "same", 10.0, victim_update, 2.0)
+    victim = PeerPayload("victim", "same", 10.0, victim_update, 2.0, proven=True)
     thief = PeerPayload("thief", "same", 20.0, victim_update, 2.0)
     assert set(offences(find_copies([victim, thief], seed=1))) == {"thief"}
 
@@ -50,8 +50,8 @@ def test_a_backdated_unsighted_twin_does_not_shield_a_copier_seen_later() -> Non
     here: every pair was then unclear and the copier, seen 20 s after its victim, went free."""
     rng = np.random.default_rng(5)
     stolen = random_update(rng)
-    honest = [PeerPayload(f"h{i}", f"d{i}", 5.0, random_update(rng), 2.0) for i in range(4)]
-    victim = PeerPayload("victim", "same", 10.0, stolen, 2.0)
+    honest = [PeerPayload(f"h{i}", f"d{i}", 5.0, random_update(rng), 2.0, proven=True) for i in range(4)]
+    victim = PeerPayload("victim", "same", 10.0, stolen, 2.0, proven=True)
     copier = PeerPayload("copier", "same", 30.0, stolen, 2.0)
     accomplice = PeerPayload("acc", "same", 0.001, stolen, math.inf)
     worst = offences(find_copies([*honest, victim, copier, accomplice], seed=1))
@@ -82,11 +82,12 @@ def test_of_an_unclear_pair_the_peer_the_validator_saw_is_kept() -> None:
     assert "5Zzz" in tied and "5Aaa" not in tied
 
 
-def test_an_unproven_identity_publishing_a_proven_peers_update_first_frames_nobody() -> None:
+def test_a_first_upload_frames_nobody_unless_proven_before_an_unproven_one() -> None:
     """A red-team run: an honest update's inputs are public (the base, the assigned pages, the
     recipe), so an identity computed a proven victim's update and published it 4 s before it; the
-    victim, seen later, was rejected as the duplicate and banned in every window. An unproven
-    first upload never makes a proven peer the offender; between peers alike the order decides."""
+    victim, seen later, was rejected as the duplicate and banned in every window. Begun in the
+    victim's warm-up (both unproven) it kept the victim unevaluated, so never proven. The order names
+    an offender only when the first uploader is proven and the later one is not."""
     rng = np.random.default_rng(13)
     update = random_update(rng)
     victim = PeerPayload("victim", "same", 10.0, update, 1.0, proven=True)
@@ -95,11 +96,19 @@ def test_an_unproven_identity_publishing_a_proven_peers_update_first_frames_nobo
         assert found and offences(found) == {}, found
     near = PeerPayload("early", "near", 6.0, copy_of(update, random_update(rng), 0.8, rng), 1.0)
     assert offences(find_copies([victim, near, *_others(rng)], seed=1)) == {}
-    # proven alike, or unproven alike: the later upload is still the offender
-    proven_early = PeerPayload("early", "same", 6.0, update, 1.0, proven=True)
-    assert set(offences(find_copies([victim, proven_early], seed=1))) == {"victim"}
+    # unproven alike (the victim in its warm-up): unclear, whoever uploaded first
     newcomer = PeerPayload("victim", "same", 10.0, update, 1.0)
-    assert set(offences(find_copies([newcomer, early], seed=1))) == {"victim"}
+    for found in (
+        find_copies([newcomer, early], seed=1),
+        find_copies([newcomer, early, *_others(rng)], seed=1),
+    ):
+        assert found and offences(found) == {}, found
+    # proven alike (`frontrun_proven`): unclear too; a proven first upload decides against an
+    # unproven later one only (a copier of a proven peer; and, still, a frontrunner's newcomer victim)
+    proven_early = PeerPayload("early", "same", 6.0, update, 1.0, proven=True)
+    alike = find_copies([victim, proven_early], seed=1)
+    assert alike and not offences(alike)
+    assert set(offences(find_copies([newcomer, proven_early], seed=1))) == {"victim"}
 
 
 def _others(rng: np.random.Generator) -> list[PeerPayload]:

@@ -138,7 +138,7 @@ def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() ->
     from scoring.signing import dev_keypair
     from tests.codec_fixtures import BASE, UID
     from validator.round.check_config import CheckConfig
-    from validator.round.checking import check_window, file_judge
+    from validator.round.checking import Standing, check_window, file_judge
     from validator.round.outcomes import PeerTarget, PeerWindow
     from validator.round.window import WindowSeed
     from validator.stores.objstore import FetchResult
@@ -168,7 +168,10 @@ def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() ->
     ]
     archive = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
     judge = file_judge(window=WINDOW, base=BASE, spec=SPEC, cfg=CheckConfig(), archive=archive)
-    checked, _ = check_window(peers, judge, CheckConfig(), lambda digests: set(), WindowSeed("0" * 64))
+    standing = Standing(proven=frozenset({KEY.ss58_address}))  # the victim has proven its training
+    checked, _ = check_window(
+        peers, judge, CheckConfig(), lambda digests: set(), WindowSeed("0" * 64), standing
+    )
     by = {p.hotkey: p for p in checked}
     assert by[OTHER.ss58_address].status == "invalid"
     assert by[OTHER.ss58_address].reason in (Reason.COPY, Reason.DUPLICATE_PAYLOAD)

@@ -19,8 +19,17 @@ from tests.uniqueness_fixtures import copy_of, random_update
 torch.set_num_threads(1)
 
 
-def payload(hotkey: str, update: dict[str, SparseParam], t: float, digest: str | None = None) -> PeerPayload:
-    return PeerPayload(hotkey, digest or f"d-{hotkey}", t, update)
+def payload(
+    hotkey: str,
+    update: dict[str, SparseParam],
+    t: float,
+    digest: str | None = None,
+    proven: bool | None = None,
+) -> PeerPayload:
+    """Copiers ("c…") have not proven training, everybody else has: the upload order names an
+    offender only when the first uploader is proven and the later is not (scoring/copy_findings.py)."""
+    known = not hotkey.startswith("c") if proven is None else proven
+    return PeerPayload(hotkey, digest or f"d-{hotkey}", t, update, proven=known)
 
 
 def test_exact_overlap_literal() -> None:
@@ -58,6 +67,7 @@ def test_finds_planted_copies_and_later_uploader() -> None:
     found = find_copies(peers, seed=3)
     by_pair = {(f.offender, f.other): f for f in found}
     assert set(by_pair) == {("c45", "h0"), ("h1", "c70")}
+    assert by_pair[("c45", "h0")].clear and not by_pair[("h1", "c70")].clear  # an unproven first upload
     assert by_pair[("c45", "h0")].tier is CopyTier.HALVE
     assert by_pair[("h1", "c70")].tier is CopyTier.BAN
     assert by_pair[("c45", "h0")].reason == Reason.COPY
@@ -71,11 +81,14 @@ def test_unclear_order_penalises_nobody() -> None:
     b = copy_of(a, own, 0.55, rng)
     others = [payload(f"h{i}", random_update(rng), 0.5) for i in range(4)]  # the window's honest pairs
     for tb, res in ((1.0, 0.0), (1.5, 1.0), (0.2, 1.0)):
-        pair = [PeerPayload("a", "da", 1.0, a, res), PeerPayload("b", "db", tb, b, res)]
+        pair = [
+            PeerPayload("a", "da", 1.0, a, res, proven=True),
+            PeerPayload("b", "db", tb, b, res, proven=True),
+        ]
         found = find_copies([*pair, *others])
         assert [(f.offender, f.other, f.clear) for f in found] == [("b", "a", False)], (tb, res)
         assert offences(found) == {}
-    pair = [PeerPayload("a", "da", 1.0, a, 1.0), PeerPayload("b", "db", 2.0, b, 1.0)]
+    pair = [PeerPayload("a", "da", 1.0, a, 1.0, proven=True), PeerPayload("b", "db", 2.0, b, 1.0)]
     found = find_copies([*pair, *others])
     assert [(f.offender, f.clear) for f in found] == [("b", True)]
     assert {k: f.tier for k, f in offences(found).items()} == {"b": CopyTier.RESET}
@@ -107,7 +120,11 @@ def test_identical_payloads_seen_together_are_unclear() -> None:
 def test_duplicate_payloads() -> None:
     rng = np.random.default_rng(3)
     u = random_update(rng)
-    peers = [payload("x", u, 2.0, "same"), payload("y", u, 1.0, "same"), payload("z", u, 3.0, "same")]
+    peers = [
+        payload("x", u, 2.0, "same", False),
+        payload("y", u, 1.0, "same"),
+        payload("z", u, 3.0, "same", False),
+    ]
     found = find_copies(peers)
     assert found == [
         CopyFinding("x", "y", 1.0, CopyTier.BAN, Reason.DUPLICATE_PAYLOAD),

@@ -169,6 +169,6 @@ def rate_and_select(
     drifted = with_drift(before, drift, ranking.persistence)
     ratings = rate_window(drifted, peers, ctx.window, ranking, copies, reference)
     selection = select_window(
-        ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking), reference
+        ratings, peers, ctx.window, ranking, twins_of(ratings, copies, ranking, peers), reference
     )
     return with_aggregated(ratings, selection.gather, ctx.window), selection  # what weights pay for

@@ -165,7 +165,7 @@ def outside_match(
     fresh network's first windows colluders (before their links form), `sandbag_matched` (before its
     retention is read) and inflated updates (before the selection admits anybody, so before there is
     a band) won matches whose μ the honest peers never got back (README, *Scoring fidelity*)."""
-    kin = twins_of(evidence, copies, cfg)
+    kin = twins_of(evidence, copies, cfg, peers)
     candidates = _candidates(evidence, peers, window, cfg, reference)
     unproven = {c.key for c in candidates if not c.proven}
     return frozenset(unproven) | left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
@@ -198,7 +198,9 @@ def _only_seen(a: str, b: str, seen: Mapping[str, float], unproven: Collection[s
     return first if unseen in unproven else None
 
 
-def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resembling:
+def twins_of(
+    state: RatingState, copies: CopyCheck, cfg: RankingConfig, peers: Sequence[PeerWindow] = ()
+) -> Resembling:
     """(twins, later): pairs of which at most one is aggregated, copies whose upload order was unclear and
     linked pairs whose order this window is unclear (colluders upload together); and the later uploader
     of each linked pair whose order is clear, left out alone (a persistent copier must not drag the peer
@@ -207,7 +209,8 @@ def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resem
     two sybils sending noisy copies of a victim's update from stores that hid from the polls linked with
     it and each other, and the three, a "colluding group", sank the victim. Only an unproven unseen peer
     is set aside so (a copy proves no training of its own): colluders that train, hiding two of three
-    from the polls, would otherwise break up their group."""
+    from the polls, would otherwise break up their group. `peers`' page tests this window decide
+    which sender of an unclear copy the update is (scoring/twins.py `owners`)."""
     linked, later = set(), set()
     unproven = {h for h, r in state.peers.items() if not proven(r, cfg.rating)}
     for a, b in _linked(state, cfg):
@@ -219,8 +222,17 @@ def twins_of(state: RatingState, copies: CopyCheck, cfg: RankingConfig) -> Resem
     unclear = [f for f in copies.findings if not f.clear]
     same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD or f.same_update]
     pairs = tuple(sorted(unclear_pairs(unclear)))
-    twins = Twins(pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen)
+    twins = Twins(pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen, page_tests(peers))
     return Resembling(twins, frozenset(later))
+
+
+def page_tests(peers: Sequence[PeerWindow]) -> dict[str, float]:
+    """Each valid evaluated peer's page test t this window (scoring/page_test.py)."""
+    out = {}
+    for p in peers:
+        if p.valid and p.evaluation is not None and (t := own_t(p.evaluation.pages)) is not None:
+            out[p.hotkey] = t
+    return out
 
 
 def select_window(

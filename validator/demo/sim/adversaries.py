@@ -228,13 +228,39 @@ class ConsensusEcho:
         return Submission(ctx.encode(mean, feedback=False), HONEST_DELAY_S)
 
 
+@dataclass(frozen=True)
+class Frontrun:
+    """Computes another peer's update before that peer publishes it, and publishes it first: every
+    input of an honest update is public (the base, the victim's assigned pages, the recipe), and the
+    victim's error feedback is replayed from its first window in a buffer of its own. By upload time
+    the victim is the later sender of its own update. For `honest_windows` windows it also trains
+    on its own pages and sends that instead (a proof of its own); `victim` is a uid."""
+
+    name: str = "frontrun"
+    order: int = 0
+    victim: int = 1
+    honest_windows: int = 0
+    delay_s: float = HONEST_DELAY_S / 5
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        done = int(ctx.memory.get("windows", 0))
+        ctx.memory["windows"] = done + 1
+        stolen = ctx.encode(ctx.train(ctx.assigned(uid=self.victim)), buffer="victim_feedback")
+        if done < self.honest_windows:
+            return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
+        return Submission(stolen, self.delay_s)
+
+
 # twice poison's share, in a direction of its own: under the norm band (poison at half the norm is
 # kept out by `max_inflation`), with more of it persisting across windows (docs/fidelity-log.md)
 POISON_STRONG = Poison(name="poison_strong", weight=0.2, seed=778)
 # an echo with noise of its own at twice the norm of the mean it sends: an honest-looking own share
 ECHO_NOISY = ConsensusEcho(name="echo_noisy", noise=2.0)
 
+# a frontrunner that proves training of its own first (three windows), then sends the victim's update
+FRONTRUN_PROVEN = Frontrun(name="frontrun_proven", honest_windows=3)
+
 ADVERSARIES = (
     NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
-    POISON_STRONG, Lapsed(), ConsensusEcho(), ECHO_NOISY,
+    POISON_STRONG, Lapsed(), ConsensusEcho(), ECHO_NOISY, Frontrun(), FRONTRUN_PROVEN,
 )  # fmt: skip

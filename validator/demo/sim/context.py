@@ -75,10 +75,16 @@ class PeerContext:
         return train_inner(self.model if model is None else model, data, self.tools.inner)
 
     def encode(
-        self, delta: Mapping[str, torch.Tensor], *, base: str | None = None, feedback: bool = True
+        self,
+        delta: Mapping[str, torch.Tensor],
+        *,
+        base: str | None = None,
+        feedback: bool = True,
+        buffer: str = "error_feedback",
     ) -> bytes:
-        """SparseLoCo-compress (with this peer's error feedback unless told not to) and sign."""
-        ef = self.memory.setdefault("error_feedback", {}) if feedback else None
+        """SparseLoCo-compress (with this peer's error feedback unless told not to; `buffer` names
+        the memory it is kept in, for a peer that keeps another's) and sign."""
+        ef = self.memory.setdefault(buffer, {}) if feedback else None
         compressed = compress(delta, ef, self.tools.codec)
         return encode_submission(
             compressed, window=self.window, uid=self.uid, base=self.base if base is None else base,
