@@ -22,7 +22,7 @@ from scoring.twins import Twins
 from scoring.types import SparseParam
 from scoring.uniqueness import CopyCheck, PeerPayload, UniquenessConfig, examine_copies
 from tests.uniqueness_fixtures import random_update
-from validator.round.rating import RankingConfig, twins_of
+from validator.round.rating import RankingConfig, linked_peers, twins_of
 
 CFG = LinkConfig()
 
@@ -112,8 +112,17 @@ def test_a_lifted_clip_reference_does_not_scale_the_honest_weights() -> None:
 
 
 def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer() -> None:
-    def rated(h: str, links: dict[str, float]) -> PeerRating:
-        return PeerRating(hotkey=h, uid=ord(h[0]), mu=25.0, sigma=8.0, links=links)
+    def rated(h: str, links: dict[str, float]) -> PeerRating:  # proven: three clear own-data evaluations
+        return PeerRating(
+            hotkey=h,
+            uid=ord(h[0]),
+            mu=25.0,
+            sigma=8.0,
+            links=links,
+            evaluations=3,
+            positives=3,
+            margin_sum=3.0,
+        )
 
     state = RatingState(
         {"v": rated("v", {"x": 0.2}), "x": rated("x", {"v": 0.2}), "c": rated("c", {"d": 0.2}),
@@ -128,8 +137,8 @@ def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
     """Two unproven sybils send noisy copies of a victim's update from stores that hide from the
     polls: no copy finding is clear, and after three windows the three are linked pairwise (the
     audit reproduced it through `examine_copies`). As a group of three they were all left out, and
-    the victim, out of the match too, lost its final score. The validator saw only the victim's
-    uploads: the sybils are the later side of each pair, left out on their own."""
+    the victim, out of the match too, lost its final score. Links to peers that have not proven
+    their training are not acted on; proven colluders are still left out as a group."""
     links = {
         "victim": {"s1": 0.1, "s2": 0.1},
         "s1": {"victim": 0.1, "s2": 0.1},
@@ -141,7 +150,8 @@ def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
     )
     seen = {h: 5.0 for h in [*honest, "victim"]} | {"s1": math.inf, "s2": math.inf}
     kin = twins_of(state, CopyCheck([], tuple(sorted(seen)), {}, {}, seen), RankingConfig())
-    assert set(kin.later) == {"s1", "s2"} and kin.twins.linked == (("s1", "s2"),)
+    # links to identities that have proven nothing are not acted on (validator/round/rating.py `_linked`)
+    assert not kin.later and kin.twins.linked == ()
     cands = [Candidate(h, 10.0, True, 0.01, 1, inflation=1.0) for h in [*honest, "victim"]]
     cands += [Candidate(s, 0.0, False, 0.01, 1, inflation=1.0) for s in ("s1", "s2")]
     assert (
@@ -155,8 +165,8 @@ def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
     )
     proven = [replace(c, proven=True, final=10.0) for c in cands]
     sighted = seen | {"s1": 5.0, "s2": 5.0}
-    for watched, ratings in ((sighted, state), (seen, proven_state)):
-        kin = twins_of(ratings, CopyCheck([], tuple(sorted(watched)), {}, {}, watched), RankingConfig())
+    for watched in (sighted, seen):
+        kin = twins_of(proven_state, CopyCheck([], tuple(sorted(watched)), {}, {}, watched), RankingConfig())
         assert not kin.later
         assert not {"victim", "s1", "s2"} & set(select_aggregation(proven, twins=kin.twins).gather)
 
@@ -225,3 +235,27 @@ def test_senders_of_one_update_stay_tied_when_the_one_they_were_matched_with_is_
     final = {"h": 0.0, "m1": 1.0, "m2": 0.9}.__getitem__
     assert judge_twins({"h", "m1", "m2"}, {"h", "m1", "m2"}, final, twins).lesser == {"h", "m2"}
     assert judge_twins({"h", "m1", "m2", "x"}, {"m1", "m2", "x"}, final, twins).lesser == {"m2"}
+
+
+def test_links_to_identities_that_have_proven_nothing_are_not_acted_on() -> None:
+    """An honest peer evaluated beside its copiers (unclear pairs: scoring/copy_findings.py) was
+    linked to them, left the links' consensus, and was left out with them as a group from window 6
+    of the mixed run. The evidence accrues; it is acted on once both peers have proven training."""
+    trio = {"v": {"c1": 0.2, "c2": 0.2}, "c1": {"v": 0.2, "c2": 0.2}, "c2": {"v": 0.2, "c1": 0.2}}
+
+    def state(proven: set[str]) -> RatingState:
+        done = {"evaluations": 3, "positives": 3, "margin_sum": 3.0}
+        return RatingState(
+            {
+                h: PeerRating(h, i, 25.0, 8.0, links=trio[h], **(done if h in proven else {}))
+                for i, h in enumerate(trio)
+            },
+            5,
+        )
+
+    copies = CopyCheck([], tuple(trio), {}, {})
+    assert linked_peers(state({"v"}), RankingConfig()) == set()
+    assert twins_of(state({"v"}), copies, RankingConfig()).twins.linked == ()
+    assert linked_peers(state({"v", "c1"}), RankingConfig()) == {"v", "c1"}
+    assert linked_peers(state(set(trio)), RankingConfig()) == set(trio)
+    assert len(twins_of(state(set(trio)), copies, RankingConfig()).twins.linked) == 3

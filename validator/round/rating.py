@@ -180,11 +180,20 @@ class Resembling:
 
 
 def _linked(state: RatingState, cfg: RankingConfig) -> list[tuple[str, str]]:
-    return linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links)
+    """The pairs whose link evidence reached the alarm (scoring/links.py) between peers that have
+    both proven their training. A link to an identity that has not proven anything is not acted on:
+    it cannot be aggregated anyway, and an honest peer linked to one (its copier, evaluated beside it
+    while neither was proven: scoring/copy_findings.py `oriented`; or `lazy`) left the links'
+    consensus, then read as linked with more adversaries each window and was left out with them in
+    a group (bench_fidelity, mixed: honest coverage 1.00 → 0.50). Colluders train: once proven, their
+    links count. The evidence itself accrues either way."""
+    pairs = linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links)
+    trained = {h for h, r in state.peers.items() if proven(r, cfg.rating)}
+    return [(a, b) for a, b in pairs if a in trained and b in trained]
 
 
 def linked_peers(state: RatingState, cfg: RankingConfig) -> set[str]:
-    """Every peer in a pair whose link evidence reached the alarm (scoring/links.py)."""
+    """Every peer in a linked pair of proven peers (`_linked`)."""
     return {h for pair in _linked(state, cfg) for h in pair}
 
 
