@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from statistics import median
@@ -197,33 +196,19 @@ def linked_peers(state: RatingState, cfg: RankingConfig) -> set[str]:
     return {h for pair in _linked(state, cfg) for h in pair}
 
 
-def _only_seen(a: str, b: str, seen: Mapping[str, float], unproven: Collection[str]) -> str | None:
-    """The one of `a` and `b` whose upload the validator saw, when it saw only that one and the
-    other has not proven its training."""
-    seen_a, seen_b = math.isfinite(seen.get(a, math.inf)), math.isfinite(seen.get(b, math.inf))
-    if seen_a == seen_b:
-        return None
-    first, unseen = (a, b) if seen_a else (b, a)
-    return first if unseen in unproven else None
-
-
 def twins_of(
     state: RatingState, copies: CopyCheck, cfg: RankingConfig, peers: Sequence[PeerWindow] = ()
 ) -> Resembling:
     """(twins, later): pairs of which at most one is aggregated, copies whose upload order was unclear and
     linked pairs whose order this window is unclear (colluders upload together); and the later uploader
     of each linked pair whose order is clear, left out alone (a persistent copier must not drag the peer
-    it copies out of the aggregate with it). Of a linked pair of which the validator saw only one
-    upload, an unproven unseen one counts as the later, for the aggregate only (no penalty rests on it):
-    two sybils sending noisy copies of a victim's update from stores that hid from the polls linked with
-    it and each other, and the three, a "colluding group", sank the victim. Only an unproven unseen peer
-    is set aside so (a copy proves no training of its own): colluders that train, hiding two of three
-    from the polls, would otherwise break up their group. `peers`' page tests this window decide
-    which sender of an unclear copy the update is (scoring/twins.py `owners`)."""
+    it copies out of the aggregate with it). Only links between proven peers count (`_linked`): two
+    sybils sending noisy copies of a victim's update from stores that hid from the polls linked with it
+    and each other, and the three, a "colluding group", sank the victim. `peers`' page tests this
+    window decide which sender of an unclear copy the update is (scoring/twins.py `owners`)."""
     linked, later = set(), set()
-    unproven = {h for h, r in state.peers.items() if not proven(r, cfg.rating)}
     for a, b in _linked(state, cfg):
-        first = copies.first.get((a, b)) or _only_seen(a, b, copies.seen, unproven)
+        first = copies.first.get((a, b))
         if first is None:
             linked.add((a, b))
         else:
