@@ -82,6 +82,7 @@ FRAMING = {
     # uid 1's update computed from public inputs and published first (validator/demo/sim/adversaries.py)
     "frontrun": f"{HONEST},frontrun:1",
     "frontrun_proven": f"{HONEST},frontrun_proven:1",
+    "frontrun_newcomer": f"newcomer:1,{HONEST},frontrun_newcomer:1",  # uid 1 joins in window 4
 }
 # Stronger variants of an adversary in the mix, measured alone beside the honest peers (the mixed
 # scenario stays the one every round has measured): poison at twice its share of the norm, and `lazy`

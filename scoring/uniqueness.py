@@ -51,7 +51,7 @@ from scoring.copy_config import CopyTier as CopyTier  # re-exported: this module
 from scoring.copy_config import UniquenessConfig as UniquenessConfig
 from scoring.copy_findings import CopyFinding as CopyFinding  # re-exported: this module's types
 from scoring.copy_findings import PeerPayload as PeerPayload
-from scoring.copy_findings import duplicate_findings, oriented, tie_same_updates
+from scoring.copy_findings import duplicate_findings, oriented, tie_same_updates, unclear
 from scoring.similarity import estimate_overlaps, exact_overlap, residual_similarity, sample_blocks, sampled
 from scoring.types import Reason
 
@@ -226,6 +226,11 @@ def offences(findings: Sequence[CopyFinding]) -> dict[str, CopyFinding]:
         if f.clear and (f.offender not in worst or f.tier > worst[f.offender].tier):
             worst[f.offender] = f
     return worst
+
+
+def unconvicted(copies: CopyCheck) -> CopyCheck:
+    """Every finding unclear: nobody penalised (a window whose conviction step failed)."""
+    return replace(copies, findings=[f if not f.clear else unclear(f) for f in copies.findings])
 
 
 def unclear_pairs(findings: Sequence[CopyFinding]) -> list[tuple[str, str]]:

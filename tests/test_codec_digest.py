@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.numpy import load
 
+from scoring.copy_findings import convict
 from scoring.decoder import Expected, decode_submission, submission_digest
 from scoring.encoder import compress, encode_submission
 from scoring.packing import pack12
@@ -18,6 +19,7 @@ from scoring.ranking import Status
 from scoring.rice import MAX_RICE, decode_indices, encode_indices, stream_cap
 from scoring.signing import Signer, dev_keypair
 from scoring.types import Reason, SparseUpdate, Verdict
+from scoring.uniqueness import offences
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
 from validator.round.check_config import CheckConfig
@@ -128,9 +130,16 @@ def check(files: Mapping[str, bytes], window: int, ledger: DigestLedger) -> dict
     seen_before = lambda digests: ledger.seen_before(digests, window)  # noqa: E731
     # KEY has proven its training: only then does a first upload make a later one the offender
     standing = Standing(proven=frozenset({KEY.ss58_address}))
-    checked, _ = check_window(peers, judge, CheckConfig(), seen_before, WindowSeed("0" * 64), standing)
+    checked, copies = check_window(peers, judge, CheckConfig(), seen_before, WindowSeed("0" * 64), standing)
     ledger.record(checked, window)
-    return {p.hotkey: p for p in checked}
+    # the upload order names a suspect; its own pages convict it after the evaluation: here they read
+    # t = 0 (an update trained on somebody else's pages) and the first uploader's 3
+    read = {p.hotkey: 0.0 for p in checked} | {KEY.ss58_address: 3.0}
+    convicted = offences(convict(copies.findings, read))
+    return {
+        p.hotkey: p.reject(convicted[p.hotkey].reason, "convicted") if p.hotkey in convicted else p
+        for p in checked
+    }
 
 
 @pytest.mark.parametrize(

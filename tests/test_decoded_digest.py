@@ -134,8 +134,10 @@ def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() ->
     twin came first in the group, every pair with it was unclear and the copier went unflagged."""
     import hashlib
 
+    from scoring.copy_findings import convict
     from scoring.ranking import Status
     from scoring.signing import dev_keypair
+    from scoring.uniqueness import offences
     from tests.codec_fixtures import BASE, UID
     from validator.round.check_config import CheckConfig
     from validator.round.checking import Standing, check_window, file_judge
@@ -169,13 +171,17 @@ def test_a_re_encoded_copy_is_flagged_beside_a_backdated_twin_of_its_victim() ->
     archive = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
     judge = file_judge(window=WINDOW, base=BASE, spec=SPEC, cfg=CheckConfig(), archive=archive)
     standing = Standing(proven=frozenset({KEY.ss58_address}))  # the victim has proven its training
-    checked, _ = check_window(
+    checked, copies = check_window(
         peers, judge, CheckConfig(), lambda digests: set(), WindowSeed("0" * 64), standing
     )
-    by = {p.hotkey: p for p in checked}
-    assert by[OTHER.ss58_address].status == "invalid"
-    assert by[OTHER.ss58_address].reason in (Reason.COPY, Reason.DUPLICATE_PAYLOAD)
-    assert by[KEY.ss58_address].valid
+    assert all(p.valid for p in checked)  # a suspect is evaluated before anything is decided
+    suspects = offences(copies.findings)
+    assert set(suspects) == {OTHER.ss58_address}
+    assert suspects[OTHER.ss58_address].reason in (Reason.COPY, Reason.DUPLICATE_PAYLOAD)
+    # convicted once its own pages read under the victim's (scoring/copy_findings.py `convict`)
+    read = {OTHER.ss58_address: 0.2, KEY.ss58_address: 2.5}
+    assert set(offences(convict(copies.findings, read))) == {OTHER.ss58_address}
+    assert not offences(convict(copies.findings, read | {OTHER.ss58_address: 1.0}))
 
 
 def test_re_reads_of_accepted_files_skip_the_decoded_digest() -> None:

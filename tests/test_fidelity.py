@@ -29,7 +29,13 @@ def test_honest_spearman_reads_the_leaderboard() -> None:
 
 
 def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
-    expected = {"honest": 1.0, "honest_quarter": 0.25, "honest_tenth": 0.1, "honest_quarter_pages": 0.25}
+    expected = {
+        "honest": 1.0,
+        "newcomer": 1.0,  # full honest work from the window it joins
+        "honest_quarter": 0.25,
+        "honest_tenth": 0.1,
+        "honest_quarter_pages": 0.25,
+    }
     assert expected == HONEST_CONTRIBUTION
     new = {
         "noisy_copy",

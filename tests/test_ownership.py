@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scoring.copy_config import CopyTier
+from scoring.copy_findings import CONVICTION_MARGIN, CopyFinding, convict
 from scoring.selection import Candidate, left_out_for_cause, select_aggregation
 from scoring.twins import OWNERSHIP_MARGIN, Twins, owners
 from tests.e2e_fixtures import clear_gauntlet_env
@@ -52,6 +54,30 @@ def test_owners_reads_each_group_on_its_own_and_skips_the_unevaluated() -> None:
     assert owners(groups, t) == {"b", "d"}  # "g" was not evaluated: not judged, and "f" alone is not
 
 
+def test_the_order_names_a_suspect_and_only_its_own_pages_convict_it() -> None:
+    """A clear finding (a proven first uploader, an unproven later one) penalises its offender only
+    when both were evaluated and the offender's own pages read `CONVICTION_MARGIN` under the first's;
+    otherwise nobody is named (the larger hotkey is the finding's offender, as for any unclear pair)."""
+    suspect = CopyFinding("a-later", "z-first", 1.0, CopyTier.BAN, "copy")
+    cases = {
+        (0.5, 0.5 + CONVICTION_MARGIN): True,  # exactly the margin under
+        (0.5, 0.25 + CONVICTION_MARGIN): False,
+        (-1.0, 2.5): True,
+        (2.4, 0.1): False,  # the later sender's pages gained: its own update, published second
+        (None, 2.5): False,  # the suspect was not evaluated
+        (0.0, None): False,  # nor the first uploader
+    }
+    for (mine, theirs), convicted in cases.items():
+        read = {k: t for k, t in (("a-later", mine), ("z-first", theirs)) if t is not None}
+        [found] = convict([suspect], read)
+        assert found.clear is convicted, (mine, theirs)
+        assert (found.offender, found.other) == (
+            ("a-later", "z-first") if convicted else ("z-first", "a-later")
+        )
+    unclear = CopyFinding("b", "a", 1.0, CopyTier.BAN, "copy", clear=False)
+    assert convict([unclear], {"a": 3.0, "b": -3.0}) == [unclear]  # only the order names suspects
+
+
 def test_a_frontrunner_in_the_victims_warm_up_frames_nobody_and_gains_nothing(tmp_path: Path) -> None:
     """`frontrun` (validator/demo/sim/adversaries.py) computes uid 1's update from public inputs and
     publishes it first. Before, the victim was the later sender of a duplicate in every window:
@@ -73,3 +99,30 @@ def test_a_frontrunner_in_the_victims_warm_up_frames_nobody_and_gains_nothing(tm
     assert all(thief not in g for g in gathered)
     assert victim in gathered[-1]  # proven on its own pages, and aggregated
     assert not runner.state.ratings.peers[victim].banned(5)
+
+
+def test_a_proven_frontrunner_cannot_ban_a_newcomer_by_publishing_its_update_first(tmp_path: Path) -> None:
+    """`frontrun_newcomer` proves training of its own for three windows, then publishes each update
+    of uid 1, a newcomer that joins then, before the newcomer does. The order named the newcomer,
+    unproven and later, the copier: before, it was rejected and banned for 20 windows at its first
+    upload, and the frontrunner was aggregated (and paid) for its work. Now the order only names a
+    suspect, penalised once its own pages read under the first uploader's (scoring/copy_findings.py
+    `convict`): the newcomer's pages gain, the frontrunner's do not."""
+    clear_gauntlet_env()
+    peers = parse_peers("newcomer:1,honest:3,frontrun_newcomer:1")
+    runner = DemoRunner(DemoConfig(peers, windows=7, workdir=tmp_path, corpus_tokens=600_000))
+    names = runner.network.behaviour_of()
+    newcomer = next(p.hotkey for p in runner.network.peers if p.uid == 1)
+    thief = next(h for h, b in names.items() if b == "frontrun_newcomer")
+    assert names[newcomer] == "newcomer"
+    stolen: list[bool] = []
+    for w in range(1, 8):
+        runner.publish(w)
+        report = runner.validate(w)
+        by_key = {p.hotkey: p for p in report.peers}
+        if w >= 4:  # the newcomer publishes, and the frontrunner sends its update first
+            assert by_key[newcomer].valid and by_key[newcomer].evaluation is not None, w
+            assert by_key[thief].evaluation is not None, w  # one update: read on both senders' pages
+            stolen.append(thief in report.selection.gather)
+    assert not runner.state.ratings.peers[newcomer].banned(7)
+    assert stolen.count(True) <= 1, stolen  # left out where its own pages read under the newcomer's

@@ -31,16 +31,18 @@ def _by_behaviour(run: ScenarioRun, index: int) -> dict[str, list[tuple[str, str
 
 
 def test_every_invalid_submission_has_its_reason(scenario: ScenarioRun) -> None:
+    convicted: list[int] = []
     for i, window in enumerate(range(FIRST, FIRST + WINDOWS)):
         seen = _by_behaviour(scenario, i)
         assert all(s == ("ok", None) for s in seen["honest"] + seen["lazy"] + seen["noise"]), seen
-        # the peer it copies proves its training in its first windows; until then the order of the
-        # two uploads names nobody (scoring/copy_findings.py): both are evaluated, neither penalised,
-        # and the copy, trained on the other's pages, is not aggregated (scoring/twins.py `owners`)
+        # the copy is evaluated like its victim: the order of the two uploads names a suspect only once
+        # the victim has proven its training (its first windows), and the suspect is penalised only in
+        # windows where its own pages read under the victim's (scoring/copy_findings.py `convict`);
+        # otherwise nobody is, and the copy is not aggregated (unproven: its own pages never gain)
         copied = ("invalid", Reason.COPY), ("invalid", Reason.DUPLICATE_PAYLOAD)
-        if i >= 3:
-            assert seen["copycat"][0] in copied, (window, seen["copycat"])
-        elif seen["copycat"][0] not in copied:
+        if seen["copycat"][0] in copied:
+            convicted.append(window)
+        else:
             assert seen["copycat"][0] == ("ok", None), (window, seen["copycat"])
             behaviour = scenario.behaviour()
             assert "copycat" not in {behaviour[h] for h in scenario.reports[i].selection.gather}
@@ -57,6 +59,7 @@ def test_every_invalid_submission_has_its_reason(scenario: ScenarioRun) -> None:
             assert seen["free_rider"][0] == ("invalid", Reason.RECYCLED if aggregated else Reason.ZERO_UPDATE)
         else:
             assert seen["free_rider"][0] == ("missing", Reason.MISSING)
+    assert convicted and min(convicted) > FIRST + 2, convicted  # never before the victim's proof
 
 
 def test_after_warm_up_honest_peers_rank_first_and_alone_are_aggregated(scenario: ScenarioRun) -> None:

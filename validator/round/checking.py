@@ -12,6 +12,7 @@ from types import TracebackType
 import structlog
 
 from scoring.copy_config import CopyTier
+from scoring.copy_findings import convict
 from scoring.decoder import Expected
 from scoring.echo import find_echoes
 from scoring.lazy_update import judge_submission
@@ -21,7 +22,7 @@ from scoring.uniqueness import CopyCheck, PeerPayload, examine_copies, offences
 from scoring.wire import CodecConfig
 from validator.round.check_config import CheckConfig
 from validator.round.norms import reject_norm_outliers, reject_zero_updates
-from validator.round.outcomes import DECODE, PeerWindow, raised
+from validator.round.outcomes import DECODE, PeerWindow, page_tests, raised
 from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
 
@@ -139,17 +140,17 @@ def reject_echoes(
     ]
 
 
-def reject_copies(
+def find_window_copies(
     peers: Sequence[PeerWindow],
     cfg: CheckConfig,
     *,
     seed: int,
     linked: Collection[str] = (),
     proven: Collection[str] = (),
-) -> tuple[list[PeerWindow], CopyCheck]:
-    """Duplicates and near-copies across all valid submissions. The offender of a pair whose upload
-    order is clear from the validator's own first sight becomes invalid; an unclear pair penalises
-    nobody (the selection aggregates one of the two)."""
+) -> CopyCheck:
+    """Duplicates and near-copies across all valid submissions. Nobody is rejected here: the upload
+    order names a suspect (scoring/copy_findings.py `oriented`), which is evaluated like any peer and
+    rejected once its own pages confirm it (`convict_copies`)."""
     payloads = []
     for p in peers:
         if p.update is not None and p.fetch is not None:
@@ -161,17 +162,25 @@ def reject_copies(
                     p.hotkey, update.digest, seen, update.params, resolution, ours, proven=p.hotkey in proven
                 )
             )
-    copies = examine_copies(payloads, cfg.uniqueness, seed=seed)
-    worst = offences(copies.findings)
+    return examine_copies(payloads, cfg.uniqueness, seed=seed)
+
+
+def convict_copies(peers: Sequence[PeerWindow], copies: CopyCheck) -> tuple[list[PeerWindow], CopyCheck]:
+    """After the evaluation: each suspect whose own pages read under its first uploader's
+    (scoring/copy_findings.py `convict`) becomes invalid with its finding's tier; every other finding
+    is unclear. A convicted peer keeps its evaluation: it is recorded, and replay re-derives the
+    conviction from it."""
+    findings = convict(copies.findings, page_tests(peers))
+    worst = offences(findings)
     out = []
     for p in peers:
         if p.hotkey in worst:
             f = worst[p.hotkey]
             detail = f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later"
-            out.append(replace(p.reject(f.reason, detail), copy_tier=f.tier))
+            out.append(replace(p.reject(f.reason, detail + ", its own pages did not gain"), copy_tier=f.tier))
         else:
             out.append(p)
-    return out, copies
+    return out, replace(copies, findings=findings)
 
 
 def _sighting(f: FetchResult) -> tuple[float, float]:
@@ -220,11 +229,14 @@ def check_window(
     standing: Standing = Standing(),
 ) -> tuple[list[PeerWindow], CopyCheck]:
     """All checks of §5 in order: decode (1–5) what was not judged yet, replays, empty updates and
-    norm outliers (6), uniqueness (7).
+    norm outliers (6), uniqueness (7: suspects only, `convict_copies` after the evaluation).
 
     Uniqueness samples chunks from the window's secret seed, so copiers cannot dodge the sample."""
     checked = decode_all(peers, judge)
     checked = reject_replays(checked, seen_before)
     checked = reject_zero_updates(checked, cfg)
     checked = reject_norm_outliers(checked, cfg, standing.proven)
-    return reject_copies(checked, cfg, seed=seed.number, linked=standing.linked, proven=standing.proven)
+    copies = find_window_copies(
+        checked, cfg, seed=seed.number, linked=standing.linked, proven=standing.proven
+    )
+    return checked, copies

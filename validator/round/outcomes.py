@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
 
 from scoring.loss_score import PeerEval
+from scoring.page_test import own_t
 from scoring.ranking import RatingState, Status
 from scoring.selection import Selection
 from scoring.types import Reason, SparseUpdate
@@ -96,3 +97,12 @@ class Scored:
     workers: tuple[WorkerStats, ...] = ()  # who evaluated: recorded with the timings, never replayed
     residuals: Mapping[str, bytes] = field(default_factory=dict)  # float16 sketches for later windows
     sketch_seed: int = 0  # the hash seed they were sketched with
+
+
+def page_tests(peers: Sequence[PeerWindow]) -> dict[str, float]:
+    """Each valid evaluated peer's page test t this window (scoring/page_test.py)."""
+    out = {}
+    for p in peers:
+        if p.valid and p.evaluation is not None and (t := own_t(p.evaluation.pages)) is not None:
+            out[p.hotkey] = t
+    return out

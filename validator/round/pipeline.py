@@ -1,9 +1,9 @@
 """One window scored from its inputs: the live round and replay both run exactly this.
 
-decode → replays → empty updates and outliers → copies → recycled work → echoes → clip reference → residual
-sketches (validator/round/drift.py) → held-out → evaluate → rate → select. The live round decodes
-while it downloads, so its peers arrive judged and the decode step finds nothing left to do; replay
-hands in the archived bytes and decodes them here.
+decode → replays → empty updates and outliers → copies (suspects) → recycled work → echoes → clip
+reference → residual sketches (validator/round/drift.py) → held-out → evaluate → convict suspected
+copiers → rate → select. The live round decodes while it downloads, so its peers arrive judged and
+the decode step finds nothing left to do; replay hands in the archived bytes and decodes them here.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from scoring.ranking import RatingState
 from scoring.recycling import EarlierRows
 from scoring.selection import Selection
 from scoring.types import ParamSpec, Reason
-from scoring.uniqueness import CopyCheck
-from validator.round.checking import Judge, Standing, check_window, reject_echoes
+from scoring.uniqueness import CopyCheck, offences, unconvicted
+from validator.round.checking import Judge, Standing, check_window, convict_copies, reject_echoes
 from validator.round.config import RoundConfig
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
@@ -84,7 +84,8 @@ def score_window(
         checked, copies, reference = stages.salvage(
             "check", lambda: _check(ctx, peers, inputs), lambda: _unjudged(peers)
         )
-        drift = stages.salvage("drift", lambda: _drift(ctx, checked, inputs), Drift)
+        suspects = offences(copies.findings).keys()
+        drift = stages.salvage("drift", lambda: _drift(ctx, checked, inputs, suspects), Drift)
     with stages("evaluate"):
         held, evaluated, workers = stages.salvage(
             "evaluate",
@@ -93,6 +94,9 @@ def score_window(
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
         evaluated = recordable(evaluated, ctx.window)
+        evaluated, copies = stages.salvage(
+            "convict", lambda: convict_copies(evaluated, copies), lambda: (evaluated, unconvicted(copies))
+        )
     with stages("rate"):
         ratings, selection = stages.salvage(
             "rate",
@@ -124,9 +128,13 @@ def _check(
     return checked, copies, clip_reference(checked, cfg.check, standing.proven)
 
 
-def _drift(ctx: WindowContext, peers: list[PeerWindow], inputs: WindowInputs) -> Drift:
+def _drift(
+    ctx: WindowContext, peers: list[PeerWindow], inputs: WindowInputs, suspects: Collection[str]
+) -> Drift:
+    """Suspected copiers (scoring/copy_findings.py `oriented`) stay out of the residuals' consensus,
+    as peers at the alarm do: a copy counts its victim's direction twice in it."""
     cfg = ctx.cfg.ranking.persistence
-    outside = alarmed_peers(inputs.ratings, cfg)
+    outside = alarmed_peers(inputs.ratings, cfg) | set(suspects)
     return measure_drift(peers, cfg, ctx.sketch_seed, inputs.sketches, outside)
 
 

@@ -27,7 +27,7 @@ from scoring.twins import NO_TWINS, Twins
 from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
-from validator.round.outcomes import PeerWindow
+from validator.round.outcomes import PeerWindow, page_tests
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,15 +218,6 @@ def twins_of(
     pairs = tuple(sorted(unclear_pairs(unclear)))
     twins = Twins(pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen, page_tests(peers))
     return Resembling(twins, frozenset(later))
-
-
-def page_tests(peers: Sequence[PeerWindow]) -> dict[str, float]:
-    """Each valid evaluated peer's page test t this window (scoring/page_test.py)."""
-    out = {}
-    for p in peers:
-        if p.valid and p.evaluation is not None and (t := own_t(p.evaluation.pages)) is not None:
-            out[p.hotkey] = t
-    return out
 
 
 def select_window(

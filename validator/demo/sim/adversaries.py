@@ -234,19 +234,23 @@ class Frontrun:
     input of an honest update is public (the base, the victim's assigned pages, the recipe), and the
     victim's error feedback is replayed from its first window in a buffer of its own. By upload time
     the victim is the later sender of its own update. For `honest_windows` windows it also trains
-    on its own pages and sends that instead (a proof of its own); `victim` is a uid."""
+    on its own pages and sends that instead (a proof of its own); `victim` is a uid, which publishes
+    from the frontrunner's window `victim_joins` on (a newcomer: validator/demo/sim/behaviours.py)."""
 
     name: str = "frontrun"
     order: int = 0
     victim: int = 1
     honest_windows: int = 0
+    victim_joins: int = 0
     delay_s: float = HONEST_DELAY_S / 5
 
     def submit(self, ctx: PeerContext) -> Submission | None:
         done = int(ctx.memory.get("windows", 0))
         ctx.memory["windows"] = done + 1
-        stolen = ctx.encode(ctx.train(ctx.assigned(uid=self.victim)), buffer="victim_feedback")
-        if done < self.honest_windows:
+        stolen = None
+        if done >= self.victim_joins:
+            stolen = ctx.encode(ctx.train(ctx.assigned(uid=self.victim)), buffer="victim_feedback")
+        if done < self.honest_windows or stolen is None:
             return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
         return Submission(stolen, self.delay_s)
 
@@ -259,6 +263,9 @@ ECHO_NOISY = ConsensusEcho(name="echo_noisy", noise=2.0)
 
 # a frontrunner that proves training of its own first (three windows), then sends the victim's update
 FRONTRUN_PROVEN = Frontrun(name="frontrun_proven", honest_windows=3)
+# the same against a newcomer that joins as the frontrunner has proven itself (uid 1 must be a
+# `newcomer`: not in the mixed run, whose uid 1 publishes from the first window)
+FRONTRUN_NEWCOMER = Frontrun(name="frontrun_newcomer", honest_windows=3, victim_joins=3)
 
 ADVERSARIES = (
     NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),

@@ -14,7 +14,7 @@ import safetensors.numpy
 import torch
 
 from scoring.model import LlamaModel
-from validator.demo.sim.adversaries import ADVERSARIES
+from validator.demo.sim.adversaries import ADVERSARIES, FRONTRUN_NEWCOMER
 from validator.demo.sim.context import Behaviour, PeerContext, Submission
 from validator.demo.sim.craft import (
     COPY_DELAY_S,
@@ -33,6 +33,21 @@ class Honest:
 
     def submit(self, ctx: PeerContext) -> Submission | None:
         return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
+
+
+@dataclass(frozen=True)
+class Newcomer:
+    """Honest from its `joins`-th window on, publishing nothing before: a peer that joins a subnet
+    whose other peers have proven their training already."""
+
+    name: str = "newcomer"
+    order: int = 0
+    joins: int = 3
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        done = int(ctx.memory.get("windows", 0))
+        ctx.memory["windows"] = done + 1
+        return None if done < self.joins else Honest().submit(ctx)
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,9 @@ GRADED = (
     Graded("honest_quarter_pages", pages_fraction=0.25),
 )
 # The share of a full honest peer's work each honest behaviour does (pages count like steps).
-HONEST_CONTRIBUTION = {"honest": 1.0} | {g.name: g.steps_fraction * g.pages_fraction for g in GRADED}
+HONEST_CONTRIBUTION = {"honest": 1.0, "newcomer": 1.0} | {
+    g.name: g.steps_fraction * g.pages_fraction for g in GRADED
+}
 
 
 @dataclass(frozen=True)
@@ -197,6 +214,6 @@ class Malformed:
 
 _ALL: tuple[Behaviour, ...] = (
     Honest(), *GRADED, Lazy(), Copycat(), Replay(), Noise(), Scaled(), Stale(), Late(), Malformed(),
-    FreeRider(), *ADVERSARIES,
+    FreeRider(), *ADVERSARIES, Newcomer(), FRONTRUN_NEWCOMER,
 )  # fmt: skip
 BUILTIN: dict[str, Behaviour] = {b.name: b for b in _ALL}
