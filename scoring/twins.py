@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 Pair = tuple[str, str]
 # How far (in page-test t) a sender's own pages must read under another sender's for the update not
@@ -97,15 +98,31 @@ def owners(
     groups: Sequence[set[str]], page_t: Mapping[str, float], margin: float = OWNERSHIP_MARGIN
 ) -> set[str]:
     """The senders in each group tied by copy findings whose own pages' test reads at least `margin`
-    under the group's best: the update (or the one it copies) was trained on somebody else's pages.
-    A sender not evaluated is not judged."""
+    under the group's best, plus what the best of the others reads by chance alone (`crowd_lead`):
+    the update (or the one it copies) was trained on somebody else's pages. A sender not evaluated
+    is not judged."""
     out: set[str] = set()
     for group in groups:
         read = {k: page_t[k] for k in group if k in page_t}
         if len(read) >= 2:
             best = max(read.values())
-            out |= {k for k, t in read.items() if t <= best - margin}
+            bar = margin + crowd_lead(len(read) - 1)
+            out |= {k for k, t in read.items() if t <= best - bar}
     return out
+
+
+def crowd_lead(others: int) -> float:
+    """The expected best of `others` independent N(0, 1) page tests, over that of one (Blom's
+    approximation of the largest normal order statistic; 0 for one, 1.49 for 9, 2.50 for 99).
+
+    Pages an update never saw read t ~ N(0, 1), so the best of a crowd of identities sending copies
+    of one update reads higher the more there are: against the group's best alone, eight copies of
+    a proven peer's update (`copy_crowd`, benchmarks/bench_fidelity.py) left their victim out
+    whenever its own t read under the luckiest copier's by the margin. With the lead, a pair is
+    judged as before and a crowd buys no more than one copier does."""
+    if others <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((others - 0.375) / (others + 0.25))
 
 
 def clusters(pairs: Sequence[Pair]) -> list[set[str]]:

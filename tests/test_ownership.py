@@ -9,7 +9,7 @@ from pathlib import Path
 from scoring.copy_config import CopyTier
 from scoring.copy_findings import CONVICTION_MARGIN, CopyFinding, convict
 from scoring.selection import Candidate, left_out_for_cause, select_aggregation
-from scoring.twins import OWNERSHIP_MARGIN, Twins, owners
+from scoring.twins import OWNERSHIP_MARGIN, Twins, crowd_lead, owners
 from tests.e2e_fixtures import clear_gauntlet_env
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
@@ -50,8 +50,24 @@ def test_of_two_proven_senders_the_one_whose_pages_gained_more_is_kept_over_the_
 
 def test_owners_reads_each_group_on_its_own_and_skips_the_unevaluated() -> None:
     groups = [{"a", "b", "c"}, {"d", "e"}, {"f", "g"}]
-    t = {"a": 3.0, "b": 3.0 - OWNERSHIP_MARGIN, "c": 2.5, "d": -1.0, "e": 0.5, "f": 4.0}
+    # three senders read: the bar is the margin plus what the better of two chance readings leads by
+    t = {"a": 3.0, "b": 3.0 - OWNERSHIP_MARGIN - crowd_lead(2), "c": 2.5, "d": -1.0, "e": 0.5, "f": 4.0}
     assert owners(groups, t) == {"b", "d"}  # "g" was not evaluated: not judged, and "f" alone is not
+
+
+def test_a_crowd_of_copies_cannot_disown_their_author_by_the_luck_of_its_best_member() -> None:
+    """Nine identities send one proven peer's update; pages the update never saw read t ~ N(0, 1),
+    so their best reads about 1.5. Against the group's best alone the author (t 1.0 this window)
+    was left out; the bar rises by what the best of that many reads by chance."""
+    crowd = {f"c{i}": t for i, t in enumerate([2.2, 1.6, 1.1, 0.5, 0.2, -0.1, -0.4, -0.9, -1.5])}
+    group = [{"author", *crowd}]
+    assert crowd_lead(1) == 0.0 and 1.45 < crowd_lead(9) < 1.55 and crowd_lead(99) > 2.4
+    assert "author" not in owners(group, crowd | {"author": 1.0})
+    assert "author" in owners(group, crowd | {"author": 2.2 - OWNERSHIP_MARGIN - crowd_lead(9)})
+    # the copies whose own pages read far under the author's are still left out
+    assert owners(group, crowd | {"author": 3.0}) == {"c3", "c4", "c5", "c6", "c7", "c8"}
+    # a pair is judged as it was: the bar is the margin alone
+    assert owners([{"a", "b"}], {"a": 2.0, "b": 2.0 - OWNERSHIP_MARGIN}) == {"b"}
 
 
 def test_the_order_names_a_suspect_and_only_its_own_pages_convict_it() -> None:
