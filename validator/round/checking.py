@@ -177,7 +177,9 @@ def convict_copies(peers: Sequence[PeerWindow], copies: CopyCheck) -> tuple[list
         if p.hotkey in worst:
             f = worst[p.hotkey]
             detail = f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later"
-            out.append(replace(p.reject(f.reason, detail + ", its own pages did not gain"), copy_tier=f.tier))
+            out.append(
+                replace(p.reject(f.reason, detail + ", its own pages gained clearly less"), copy_tier=f.tier)
+            )
         else:
             out.append(p)
     return out, replace(copies, findings=findings)
