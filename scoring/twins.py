@@ -17,7 +17,7 @@ Of a group tied by copy findings only, whose assigned pages the update was train
 the rating does (`owners`): each side of an unclear pair was evaluated on its own pages
 (scoring/page_test.py), and a copy, or another peer's update computed from public inputs and
 published first, gains on the pages its author was assigned, not on its sender's. A sender whose
-page test reads `OWNERSHIP_MARGIN` under another's is left out whether or not the other is
+page test reads `OWNERSHIP_MARGIN` under a partner's is left out whether or not the other is
 aggregated (a proven frontrunner was aggregated, and paid, for a newcomer's work while the
 newcomer proved its own training), and out of the rating match (scoring/selection.py).
 """
@@ -72,7 +72,7 @@ def judge_twins(
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
     grouped = {k for group in clusters(linked) if len(group) > 2 for k in group}
     copied = [(a, b) for a, b in [*twins.copies, *twins.same] if a in present and b in present]
-    disowned = owners(clusters(copied), twins.page_t)
+    disowned = owners(copied, twins.page_t)
     alive = set(kept) - grouped - disowned
     # one update's senders are tied among themselves too, not only through the one each was matched
     # with: that one left out (unproven, rated low), every other sender was aggregated
@@ -94,20 +94,49 @@ def judge_twins(
     return Verdict(frozenset(grouped), frozenset(lesser), frozenset(disowned & set(kept)))
 
 
-def owners(
-    groups: Sequence[set[str]], page_t: Mapping[str, float], margin: float = OWNERSHIP_MARGIN
-) -> set[str]:
-    """The senders in each group tied by copy findings whose own pages' test reads at least `margin`
-    under the group's best, plus what the best of the others reads by chance alone (`crowd_lead`):
-    the update (or the one it copies) was trained on somebody else's pages. A sender not evaluated
-    is not judged."""
+def owners(pairs: Sequence[Pair], page_t: Mapping[str, float], margin: float = OWNERSHIP_MARGIN) -> set[str]:
+    """The senders tied by copy findings whose own pages' test reads at least `margin` under the
+    best of their own partners' (the peers a finding ties them to), plus what that best reads by
+    chance alone (`crowd_lead`): the update (or the one it copies) was trained on somebody else's
+    pages. Partners only, not the whole group a chain of findings ties: a blend of two peers'
+    updates tied the two, whose updates are their own, and the one whose pages read lower was left
+    out (`bench_fidelity`'s `blend`: honest coverage 1.00 → 0.75). A sender not evaluated is not
+    judged."""
     out: set[str] = set()
-    for group in groups:
-        read = {k: page_t[k] for k in group if k in page_t}
-        if len(read) >= 2:
-            best = max(read.values())
-            bar = margin + crowd_lead(len(read) - 1)
-            out |= {k for k, t in read.items() if t <= best - bar}
+    for key, others in partners(pairs).items():
+        read = [page_t[j] for j in others if j in page_t]
+        if key in page_t and read and page_t[key] <= max(read) - margin - crowd_lead(len(read)):
+            out.add(key)
+    return out
+
+
+def paired_t(
+    pairs: Sequence[Pair], page_t: Mapping[str, float], unproven: Collection[str]
+) -> dict[str, float]:
+    """The page test each sender's proof of training reads this window (scoring/proof.py): its own
+    t, except for a sender that has not proven its training and is tied by a copy finding to
+    evaluated peers. Of one update, the pages of its author gain and the others' read t ~ N(0, 1),
+    so a copier evaluated beside its victim in every window drew a fresh chance to prove training
+    it never did (a blend of two proven peers' updates proved and was aggregated in the mixed run
+    once copies were evaluated); such a sender reads (t − reference) / √2, the reference being its
+    partners' best less what the best of that many reads by chance, floored at 0 (a partner whose
+    pages the update harms must not lift it). An author beside copies proves, more slowly
+    (2.3 / √2 a window for a full honest peer); a copier's evidence falls."""
+    out = dict(page_t)
+    for key, others in partners(pairs).items():
+        read = [page_t[j] for j in others if j in page_t]
+        if key in unproven and key in page_t and read:
+            reference = max(0.0, max(read) - crowd_lead(len(read)))
+            out[key] = (page_t[key] - reference) / math.sqrt(2.0)
+    return out
+
+
+def partners(pairs: Sequence[Pair]) -> dict[str, set[str]]:
+    """Each key's partners in `pairs`, in a deterministic order of keys."""
+    out: dict[str, set[str]] = {}
+    for a, b in sorted(pairs):
+        out.setdefault(a, set()).add(b)
+        out.setdefault(b, set()).add(a)
     return out
 
 

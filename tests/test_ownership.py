@@ -4,12 +4,15 @@ identity can compute a newcomer's update and publish it first."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+import pytest
 
 from scoring.copy_config import CopyTier
 from scoring.copy_findings import CONVICTION_MARGIN, CopyFinding, convict
 from scoring.selection import Candidate, left_out_for_cause, select_aggregation
-from scoring.twins import OWNERSHIP_MARGIN, Twins, crowd_lead, owners
+from scoring.twins import OWNERSHIP_MARGIN, Twins, crowd_lead, owners, paired_t
 from tests.e2e_fixtures import clear_gauntlet_env
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
@@ -48,26 +51,43 @@ def test_of_two_proven_senders_the_one_whose_pages_gained_more_is_kept_over_the_
     assert select_aggregation(cands, twins=_one_update({})).gather[0] == "thief"  # by rating, before
 
 
-def test_owners_reads_each_group_on_its_own_and_skips_the_unevaluated() -> None:
-    groups = [{"a", "b", "c"}, {"d", "e"}, {"f", "g"}]
-    # three senders read: the bar is the margin plus what the better of two chance readings leads by
-    t = {"a": 3.0, "b": 3.0 - OWNERSHIP_MARGIN - crowd_lead(2), "c": 2.5, "d": -1.0, "e": 0.5, "f": 4.0}
-    assert owners(groups, t) == {"b", "d"}  # "g" was not evaluated: not judged, and "f" alone is not
+def test_owners_compares_each_sender_with_its_own_partners_and_skips_the_unevaluated() -> None:
+    """A blend of two peers' updates is tied to both; the two are not each other's copies. Judged as
+    one group, the one whose pages read lower was left out (`blend`: coverage 1.00 → 0.75)."""
+    pairs = [("v1", "blend"), ("v2", "blend"), ("d", "e"), ("f", "g")]
+    t = {"v1": 3.0, "v2": 1.2, "blend": 0.1, "d": -1.0, "e": 0.5, "f": 4.0}
+    # blend has two partners read: the bar is the margin plus what the better of two chance readings leads by
+    assert owners(pairs, t) == {"blend", "d"}  # "g" was not evaluated: not judged, and "f" alone is not
+    assert owners(pairs, t | {"blend": 3.0 - OWNERSHIP_MARGIN - crowd_lead(2) + 0.01}) == {"d"}
 
 
 def test_a_crowd_of_copies_cannot_disown_their_author_by_the_luck_of_its_best_member() -> None:
     """Nine identities send one proven peer's update; pages the update never saw read t ~ N(0, 1),
-    so their best reads about 1.5. Against the group's best alone the author (t 1.0 this window)
-    was left out; the bar rises by what the best of that many reads by chance."""
+    so their best reads about 1.5. Against the best alone the author (t 1.0 this window) was left
+    out; the bar rises by what the best of that many reads by chance."""
     crowd = {f"c{i}": t for i, t in enumerate([2.2, 1.6, 1.1, 0.5, 0.2, -0.1, -0.4, -0.9, -1.5])}
-    group = [{"author", *crowd}]
+    pairs = [("author", c) for c in crowd]  # each copy is matched with the group's first upload
     assert crowd_lead(1) == 0.0 and 1.45 < crowd_lead(9) < 1.55 and crowd_lead(99) > 2.4
-    assert "author" not in owners(group, crowd | {"author": 1.0})
-    assert "author" in owners(group, crowd | {"author": 2.2 - OWNERSHIP_MARGIN - crowd_lead(9)})
-    # the copies whose own pages read far under the author's are still left out
-    assert owners(group, crowd | {"author": 3.0}) == {"c3", "c4", "c5", "c6", "c7", "c8"}
+    assert owners(pairs, crowd | {"author": 1.0}) == {"c5", "c6", "c7", "c8"}
+    assert "author" in owners(pairs, crowd | {"author": 2.2 - OWNERSHIP_MARGIN - crowd_lead(9)})
+    # each copy has one partner: read against the author alone
+    assert owners(pairs, crowd | {"author": 3.0}) == {f"c{i}" for i in range(1, 9)}
     # a pair is judged as it was: the bar is the margin alone
-    assert owners([{"a", "b"}], {"a": 2.0, "b": 2.0 - OWNERSHIP_MARGIN}) == {"b"}
+    assert owners([("a", "b")], {"a": 2.0, "b": 2.0 - OWNERSHIP_MARGIN}) == {"b"}
+
+
+def test_an_unproven_sender_of_a_copied_update_proves_only_what_its_pages_gained_over_its_partners() -> None:
+    """Evaluated beside its victim in every window, a copy drew a fresh chance to prove training it
+    never did: its proof reads its own t against its partners' best (scoring/twins.py `paired_t`)."""
+    pairs = [("victim", "copy"), ("p", "author"), ("x", "y")]
+    t = {"victim": 2.5, "copy": 1.9, "p": -3.0, "author": 2.3, "x": 0.4, "y": 1.0, "alone": 1.7}
+    read = paired_t(pairs, t, unproven={"copy", "author", "x", "alone"})
+    assert read["copy"] == pytest.approx((1.9 - 2.5) / math.sqrt(2.0))  # a lucky copy still loses
+    assert read["author"] == pytest.approx(2.3 / math.sqrt(2.0))  # a harmed partner lifts nobody
+    assert read["x"] == pytest.approx((0.4 - 1.0) / math.sqrt(2.0))
+    # proven senders and senders tied to nobody read their own t
+    assert (read["victim"], read["p"], read["y"], read["alone"]) == (2.5, -3.0, 1.0, 1.7)
+    assert paired_t([("a", "b")], {"a": 2.0}, unproven={"a"}) == {"a": 2.0}  # "b" not evaluated
 
 
 def test_the_order_names_a_suspect_and_only_its_own_pages_convict_it() -> None:

@@ -12,7 +12,6 @@ from scoring.clipping import clipped_mass, inflation
 from scoring.earnings import ranked_by_uid
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
-from scoring.page_test import own_t
 from scoring.persistence import PersistenceConfig, drifting
 from scoring.proof import proven
 from scoring.ranking import (
@@ -23,7 +22,7 @@ from scoring.ranking import (
     update_ratings,
 )
 from scoring.selection import Candidate, Selection, SelectionConfig, left_out_for_cause, select_aggregation
-from scoring.twins import NO_TWINS, Twins
+from scoring.twins import NO_TWINS, Twins, paired_t
 from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
@@ -49,11 +48,14 @@ def outcomes_of(
     peers: Sequence[PeerWindow],
     reference: Mapping[str, float] | None = None,
     outside: Collection[str] = frozenset(),
+    proof_t: Mapping[str, float] | None = None,
 ) -> list[PeerOutcome]:
     """The rating input of each peer. A valid, evaluated submission is in sync by construction:
     its base matched and it was on time, or the checks would have rejected it. `outside`: evaluated
-    peers left out of the rating match (`outside_match`)."""
+    peers left out of the rating match (`outside_match`); `proof_t`: the page test each peer's proof
+    reads (`proof_tests`), its own t where not given."""
     relative = relative_retentions(peers, reference)
+    proof_t = page_tests(peers) if proof_t is None else proof_t
     out = []
     for p in peers:
         e = p.evaluation
@@ -68,7 +70,7 @@ def outcomes_of(
                 copy_tier=p.copy_tier,
                 own_gain=e.own_gain if e is not None and p.valid else None,
                 retention=relative.get(p.hotkey),
-                own_t=own_t(e.pages) if e is not None and p.valid else None,
+                own_t=proof_t.get(p.hotkey) if e is not None and p.valid else None,
                 matched=p.hotkey not in outside,
             )
         )
@@ -119,14 +121,24 @@ def rate_window(
     """The ratings after `window`, each peer's links across windows (scoring/links.py) included;
     `reference`: the window's clip reference (`relative_retentions`). The window's evidence is folded
     in first with nobody matched, so that `outside_match` reads what the selection will."""
-    everyone = {p.hotkey for p in peers}
+    everyone, tests = {p.hotkey for p in peers}, proof_tests(state, peers, copies, cfg)
     evidence = _with_links(
-        update_ratings(state, window, outcomes_of(peers, reference, everyone), cfg.rating), copies, cfg
+        update_ratings(state, window, outcomes_of(peers, reference, everyone, tests), cfg.rating), copies, cfg
     )
     outside = outside_match(evidence, peers, window, cfg, copies, reference)
     return _with_links(
-        update_ratings(state, window, outcomes_of(peers, reference, outside), cfg.rating), copies, cfg
+        update_ratings(state, window, outcomes_of(peers, reference, outside, tests), cfg.rating), copies, cfg
     )
+
+
+def proof_tests(
+    state: RatingState, peers: Sequence[PeerWindow], copies: CopyCheck, cfg: RankingConfig
+) -> dict[str, float]:
+    """The page test each evaluated peer's proof reads this window: an unproven sender tied by a copy
+    finding to evaluated peers reads its own against theirs (scoring/twins.py `paired_t`)."""
+    tests = page_tests(peers)
+    unproven = {h for h in tests if h not in state.peers or not proven(state.peers[h], cfg.rating)}
+    return paired_t([(f.other, f.offender) for f in copies.findings], tests, unproven)
 
 
 def _with_links(rated: RatingState, copies: CopyCheck, cfg: RankingConfig) -> RatingState:
