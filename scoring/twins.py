@@ -100,7 +100,7 @@ def owners(pairs: Sequence[Pair], page_t: Mapping[str, float], margin: float = O
     chance alone (`crowd_lead`): the update (or the one it copies) was trained on somebody else's
     pages. Partners only, not the whole group a chain of findings ties: a blend of two peers'
     updates tied the two, whose updates are their own, and the one whose pages read lower was left
-    out (`bench_fidelity`'s `blend`: honest coverage 1.00 → 0.75). A sender not evaluated is not
+    out (`bench_fidelity`'s `blend` at `1356843`: honest coverage 1.00 → 0.75). A sender not evaluated is not
     judged."""
     out: set[str] = set()
     for key, others in partners(pairs).items():
