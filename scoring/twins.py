@@ -115,16 +115,18 @@ def paired_t(
 ) -> dict[str, float]:
     """The page test each sender's proof of training reads this window (scoring/proof.py): its own
     t, except for a sender that has not proven its training and is tied by a copy finding to
-    evaluated peers. Of one update, the pages of its author gain and the others' read t ~ N(0, 1),
-    so a copier evaluated beside its victim in every window drew a fresh chance to prove training
-    it never did (a blend of two proven peers' updates proved and was aggregated in the mixed run
-    once copies were evaluated); such a sender reads (t − reference) / √2, the reference being its
-    partners' best less what the best of that many reads by chance, floored at 0 (a partner whose
-    pages the update harms must not lift it). An author beside copies proves, more slowly
-    (2.3 / √2 a window for a full honest peer); a copier's evidence falls."""
+    evaluated peers that have. Of one update, the pages of its author gain and the others' read
+    t ~ N(0, 1), so a copier evaluated beside its proven victim in every window drew a fresh chance
+    to prove training it never did (a blend of two proven peers' updates proved and was aggregated
+    in the mixed run once copies were evaluated); such a sender reads (t − reference) / √2, the
+    reference being those partners' best less what the best of that many reads by chance, floored
+    at 0 (a partner whose pages the update harms must not lift it). An author beside a proven
+    frontrunner proves, more slowly (2.3 / √2 a window for a full honest peer); a copier's evidence
+    falls. Unproven partners do not count: two peers in their warm-up tied by a blend each read
+    their proof against it and one proved three windows late (`blend` under seed 1, coverage 0.75)."""
     out = dict(page_t)
     for key, others in partners(pairs).items():
-        read = [page_t[j] for j in others if j in page_t]
+        read = [page_t[j] for j in others if j in page_t and j not in unproven]
         if key in unproven and key in page_t and read:
             reference = max(0.0, max(read) - crowd_lead(len(read)))
             out[key] = (page_t[key] - reference) / math.sqrt(2.0)

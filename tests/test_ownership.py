@@ -88,6 +88,8 @@ def test_an_unproven_sender_of_a_copied_update_proves_only_what_its_pages_gained
     # proven senders and senders tied to nobody read their own t
     assert (read["victim"], read["p"], read["y"], read["alone"]) == (2.5, -3.0, 1.0, 1.7)
     assert paired_t([("a", "b")], {"a": 2.0}, unproven={"a"}) == {"a": 2.0}  # "b" not evaluated
+    # two peers in their warm-up read their own t: an unproven partner is no reference
+    assert paired_t([("a", "b")], {"a": 2.0, "b": 1.5}, unproven={"a", "b"}) == {"a": 2.0, "b": 1.5}
 
 
 def test_the_order_names_a_suspect_and_only_its_own_pages_convict_it() -> None:
