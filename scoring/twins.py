@@ -123,7 +123,8 @@ def paired_t(
     at 0 (a partner whose pages the update harms must not lift it). An author beside a proven
     frontrunner proves, more slowly (2.3 / √2 a window for a full honest peer); a copier's evidence
     falls. Unproven partners do not count: two peers in their warm-up tied by a blend each read
-    their proof against it and one proved three windows late (`blend` under seed 1, coverage 0.75)."""
+    their proof against it, and one was aggregated from window 7 instead of 4 (`blend` under seed 1,
+    coverage 0.75)."""
     out = dict(page_t)
     for key, others in partners(pairs).items():
         read = [page_t[j] for j in others if j in page_t and j not in unproven]
