@@ -67,7 +67,7 @@ def test_db_current_without_configuration_creates_no_database(
 @pytest.mark.parametrize(
     ("env", "fragments"),
     [
-        ({}, ("GAUNTLET_DATASET_PATH is required",)),
+        ({}, ("GAUNTLET_DATASET_PATH is required", "GAUNTLET_CONFIG")),
         ({"GAUNTLET_DATASET_PATH": "{tmp}/absent"}, ("no dataset at", "absent", "gauntlet data build")),
         ({"GAUNTLET_DATASET_PATH": "{tmp}"}, ("manifest.json is missing",)),
     ],

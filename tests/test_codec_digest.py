@@ -11,7 +11,6 @@ import pytest
 import torch
 from safetensors.numpy import load
 
-from scoring.copy_findings import convict
 from scoring.decoder import Expected, decode_submission, submission_digest
 from scoring.encoder import compress, encode_submission
 from scoring.packing import pack12
@@ -19,11 +18,10 @@ from scoring.ranking import Status
 from scoring.rice import MAX_RICE, decode_indices, encode_indices, stream_cap
 from scoring.signing import Signer, dev_keypair
 from scoring.types import Reason, SparseUpdate, Verdict
-from scoring.uniqueness import offences
 from scoring.wire import FORMAT, FORMAT_V2, ChunkLayout, CodecConfig, numel_of
 from tests.codec_fixtures import BASE, CFG, KEY, SPEC, UID, WINDOW, random_delta, sign_tensors
 from validator.round.check_config import CheckConfig
-from validator.round.checking import Standing, check_window, file_judge
+from validator.round.checking import Standing, check_window, convict_copies, file_judge
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
@@ -135,11 +133,8 @@ def check(files: Mapping[str, bytes], window: int, ledger: DigestLedger) -> dict
     # the upload order names a suspect; its own pages convict it after the evaluation: here they read
     # t = 0 (an update trained on somebody else's pages) and the first uploader's 3
     read = {p.hotkey: 0.0 for p in checked} | {KEY.ss58_address: 3.0}
-    convicted = offences(convict(copies.findings, read))
-    return {
-        p.hotkey: p.reject(convicted[p.hotkey].reason, "convicted") if p.hotkey in convicted else p
-        for p in checked
-    }
+    convicted, _ = convict_copies(checked, copies, read)
+    return {p.hotkey: p for p in convicted}
 
 
 @pytest.mark.parametrize(

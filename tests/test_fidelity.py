@@ -3,6 +3,7 @@ import pytest
 from validator.demo.fidelity import average_ranks, honest_spearman, spearman
 from validator.demo.sim.adversaries import Lapsed
 from validator.demo.sim.behaviours import BUILTIN, HONEST_CONTRIBUTION
+from validator.demo.sim.context import PeerContext
 
 
 def test_average_ranks_share_ties() -> None:
@@ -54,12 +55,14 @@ def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
 
 
 class _Recorder:
-    """What `Lapsed` reads of its context: its uid, memory, pages and the trainer and encoder."""
+    """What `Lapsed` reads of its context: its uid, window count, pages and the trainer and encoder."""
 
     def __init__(self) -> None:
         self.uid = 3
         self.memory: dict[str, object] = {}
         self.trained: list[list[int]] = []
+
+    count_window = PeerContext.count_window  # the real counter, over this fake's memory
 
     def assigned(self, uid: int | None = None) -> list[int]:
         return [uid if uid is not None else self.uid]

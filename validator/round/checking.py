@@ -22,7 +22,7 @@ from scoring.uniqueness import CopyCheck, PeerPayload, examine_copies, offences
 from scoring.wire import CodecConfig
 from validator.round.check_config import CheckConfig
 from validator.round.norms import reject_norm_outliers, reject_zero_updates
-from validator.round.outcomes import DECODE, PeerWindow, page_tests, raised
+from validator.round.outcomes import DECODE, PeerWindow, raised
 from validator.round.window import WindowSeed
 from validator.stores.objstore import FetchResult
 
@@ -165,21 +165,24 @@ def find_window_copies(
     return examine_copies(payloads, cfg.uniqueness, seed=seed)
 
 
-def convict_copies(peers: Sequence[PeerWindow], copies: CopyCheck) -> tuple[list[PeerWindow], CopyCheck]:
+def convict_copies(
+    peers: Sequence[PeerWindow], copies: CopyCheck, page_t: Mapping[str, float]
+) -> tuple[list[PeerWindow], CopyCheck]:
     """After the evaluation: each suspect whose own pages read under its first uploader's
-    (scoring/copy_findings.py `convict`) becomes invalid with its finding's tier; every other finding
-    is unclear. A convicted peer keeps its evaluation: it is recorded, and replay re-derives the
-    conviction from it."""
-    findings = convict(copies.findings, page_tests(peers))
+    (`page_t`, the window's page tests: scoring/copy_findings.py `convict`) becomes invalid with its
+    finding's tier; every other finding is unclear. A convicted peer keeps its evaluation: it is
+    recorded, and replay re-derives the conviction from it."""
+    findings = convict(copies.findings, page_t)
     worst = offences(findings)
     out = []
     for p in peers:
         if p.hotkey in worst:
             f = worst[p.hotkey]
-            detail = f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later"
-            out.append(
-                replace(p.reject(f.reason, detail + ", its own pages gained clearly less"), copy_tier=f.tier)
+            detail = (
+                f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later, "
+                "its own pages gained clearly less"
             )
+            out.append(replace(p.reject(f.reason, detail), copy_tier=f.tier))
         else:
             out.append(p)
     return out, replace(copies, findings=findings)

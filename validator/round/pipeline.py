@@ -33,7 +33,7 @@ from validator.round.evaluation import (
     heldout,
 )
 from validator.round.norms import clip_reference, proven_peers
-from validator.round.outcomes import PeerWindow, Scored
+from validator.round.outcomes import PeerWindow, Scored, page_tests
 from validator.round.rating import linked_peers, rate_window, select_window, twins_of
 from validator.round.recording import recordable
 from validator.round.recycling import no_earlier, reject_recycled
@@ -95,7 +95,9 @@ def score_window(
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
         evaluated = recordable(evaluated, ctx.window)
         evaluated, copies = stages.salvage(
-            "convict", lambda: convict_copies(evaluated, copies), lambda: (evaluated, unconvicted(copies))
+            "convict",
+            lambda: convict_copies(evaluated, copies, page_tests(evaluated)),
+            lambda: (evaluated, unconvicted(copies)),
         )
     with stages("rate"):
         ratings, selection = stages.salvage(

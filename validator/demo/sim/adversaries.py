@@ -197,8 +197,7 @@ class Lapsed:
     honest_windows: int = 3
 
     def submit(self, ctx: PeerContext) -> Submission | None:
-        done = int(ctx.memory.get("windows", 0))
-        ctx.memory["windows"] = done + 1
+        done = ctx.count_window()
         pages = None if done < self.honest_windows else others_pages(ctx)
         return Submission(ctx.encode(ctx.train(pages)), HONEST_DELAY_S)
 
@@ -216,8 +215,7 @@ class ConsensusEcho:
     seed: int = 31337
 
     def submit(self, ctx: PeerContext) -> Submission | None:
-        done = int(ctx.memory.get("windows", 0))
-        ctx.memory["windows"] = done + 1
+        done = ctx.count_window()
         others = decoded_others(ctx) if done >= self.honest_windows else []
         if not others:
             return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
@@ -245,8 +243,7 @@ class Frontrun:
     delay_s: float = HONEST_DELAY_S / 5
 
     def submit(self, ctx: PeerContext) -> Submission | None:
-        done = int(ctx.memory.get("windows", 0))
-        ctx.memory["windows"] = done + 1
+        done = ctx.count_window()
         stolen = None
         if done >= self.victim_joins:
             stolen = ctx.encode(ctx.train(ctx.assigned(uid=self.victim)), buffer="victim_feedback")

@@ -45,9 +45,7 @@ class Newcomer:
     joins: int = 3
 
     def submit(self, ctx: PeerContext) -> Submission | None:
-        done = int(ctx.memory.get("windows", 0))
-        ctx.memory["windows"] = done + 1
-        return None if done < self.joins else Honest().submit(ctx)
+        return None if ctx.count_window() < self.joins else Honest().submit(ctx)
 
 
 @dataclass(frozen=True)

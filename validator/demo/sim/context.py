@@ -58,6 +58,13 @@ class PeerContext:
     def hotkey(self) -> str:
         return self.signer.ss58_address
 
+    def count_window(self) -> int:
+        """How many windows this peer was asked to publish for before this one (this one is counted
+        now: call it once per `submit`)."""
+        done = int(self.memory.get("windows", 0))
+        self.memory["windows"] = done + 1
+        return done
+
     def assigned(self, uid: int | None = None) -> list[int]:
         """This peer's assigned pages (or another uid's: what a lazy peer trains on)."""
         t = self.tools
