@@ -124,10 +124,8 @@ def weight_policy(s: Settings) -> WeightPolicy:
 def open_dataset(s: Settings) -> Dataset:
     """The token shards the validator draws pages from; ValueError saying what is missing or unreadable."""
     if s.dataset_path is None:
-        raise ValueError(
-            "GAUNTLET_DATASET_PATH is required (a folder of token shards with manifest.json), or "
-            "GAUNTLET_CONFIG naming a TOML file that sets dataset_path (a demo's: WORKDIR/gauntlet.toml)"
-        )
+        hint = "or GAUNTLET_CONFIG naming a TOML file with dataset_path (a demo's: WORKDIR/gauntlet.toml)"
+        raise ValueError(f"GAUNTLET_DATASET_PATH is required (token shards with manifest.json), {hint}")
     root = Path(s.dataset_path)
     if not (root / MANIFEST_NAME).is_file():
         missing = f"{MANIFEST_NAME} is missing (build one: gauntlet data build)"
