@@ -150,7 +150,7 @@ def left_out_for_cause(
         if not c.proven or c.gain is None or c.gain <= 0.0 or c.gain < floor:
             continue
         if not _admissible(replace(c, drifting=False), cfg):
-            continue  # banned, or a streak of harmful updates: it plays, and loses
+            continue  # a streak of harmful updates: it plays, and loses (a banned peer plays no match)
         unretained = c.retention is not None and c.retention < cfg.min_retention
         twinned = c.key in verdict.grouped or c.key in verdict.disowned
         if c.key in later or c.drifting or c.inflation > limit or unretained or twinned:

@@ -231,6 +231,39 @@ def test_a_peer_plays_no_match_until_it_has_proven_its_training() -> None:
     assert max(fresh.peers.values(), key=lambda r: r.mu).hotkey == "big"
 
 
+def test_a_banned_peer_plays_no_match_until_its_ban_ends() -> None:
+    """A red-team run: a banned peer that proved its training again inside its ban (its rating is
+    reset when the ban starts) won every match of the ban with an inflated update, so honest μ fell
+    and it came out of the ban at the top of the leaderboard. It is not aggregated while banned, so
+    it is no opponent either, whatever its update; its evidence is still folded in."""
+    peers, state, reference = honest_and({"big": 1.7, "fair": 1.0})
+    gains = {"big": 0.05, "fair": 0.012}
+    peers = [
+        replace(p, evaluation=replace(p.evaluation, score=gains[p.hotkey], own_gain=2 * gains[p.hotkey]))
+        if p.hotkey in gains and p.evaluation
+        else p
+        for p in peers
+    ]
+    banned = RatingState(
+        {h: replace(r, ban_until=7) if h in gains else r for h, r in state.peers.items()}, 4
+    )
+    cfg = RankingConfig()
+    assert outside_match(banned, peers, 5, cfg, CopyCheck([]), reference) == {"big", "fair"}
+    after = rate_window(banned, peers, 5, cfg, CopyCheck([]), reference)
+    without = rate_window(
+        RatingState({h: r for h, r in state.peers.items() if h in HONEST}, 4),
+        [p for p in peers if p.hotkey in HONEST], 5, cfg, CopyCheck([]), reference,
+    )  # fmt: skip
+    for h in gains:
+        assert after.peers[h].last_matched is None and after.peers[h].final == 0.0
+        assert (after.peers[h].mu, after.peers[h].sigma) == (state.peers[h].mu, state.peers[h].sigma)
+        assert after.peers[h].evaluations == state.peers[h].evaluations + 1
+    assert {h: after.peers[h].mu for h in HONEST} == {h: without.peers[h].mu for h in HONEST}
+    # from the window its ban ends it plays like anyone: the fair update does, the inflated one is
+    # left out for its norm
+    assert outside_match(banned, peers, 7, cfg, CopyCheck([]), reference) == {"big"}
+
+
 def test_drift_that_reaches_the_alarm_this_window_keeps_the_peer_out_of_that_windows_match() -> None:
     """With the persistence gate on, the window's drift evidence is folded in before the match, as
     the selection reads it: a peer whose similarity this window carries it past the alarm is out of

@@ -175,11 +175,14 @@ def outside_match(
     A peer that has not proven its training plays no match either, as it is not aggregated: in a
     fresh network's first windows colluders (before their links form), `sandbag_matched` (before its
     retention is read) and inflated updates (before the selection admits anybody, so before there is
-    a band) won matches whose μ the honest peers never got back (README, *Scoring fidelity*)."""
+    a band) won matches whose μ the honest peers never got back (README, *Scoring fidelity*).
+    Nor does a banned one: it is not aggregated either, and once it had proven its training again
+    (its rating is reset when the ban starts), an inflated update won every match of the ban, took
+    honest μ down with it and came out of the ban at the top of the leaderboard (a red-team run)."""
     kin = twins_of(evidence, copies, cfg, peers)
     candidates = _candidates(evidence, peers, window, cfg, reference)
-    unproven = {c.key for c in candidates if not c.proven}
-    return frozenset(unproven) | left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
+    barred = {c.key for c in candidates if not c.proven or c.banned}
+    return frozenset(barred) | left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
 
 
 @dataclass(frozen=True, slots=True)
