@@ -244,9 +244,7 @@ def test_a_banned_peer_plays_no_match_until_its_ban_ends() -> None:
         else p
         for p in peers
     ]
-    banned = RatingState(
-        {h: replace(r, ban_until=7) if h in gains else r for h, r in state.peers.items()}, 4
-    )
+    banned = RatingState({h: replace(r, ban_until=7) if h in gains else r for h, r in state.peers.items()}, 4)
     cfg = RankingConfig()
     assert outside_match(banned, peers, 5, cfg, CopyCheck([]), reference) == {"big", "fair"}
     after = rate_window(banned, peers, 5, cfg, CopyCheck([]), reference)
