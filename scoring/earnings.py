@@ -38,20 +38,28 @@ def ranked_by_uid(state: RatingState, window: int, paid_windows: int) -> list[tu
 
     A paid peer scores its final score. At a final score of 0 *because its ordinal is ≤ 0* (its σ is
     still wide, or the match ranked it under its equals, or under colluders before their links
-    formed) it still scores: under half the lowest positive final, higher ordinals higher, equal ones
-    alike. A final score set to 0 by a gate or a penalty (`PeerRating.gated`: unproven, the BMA, an
-    invalid submission, a ban, a window out of the match: validator/round/rating.py `outside_match`)
-    stays 0, whatever its ordinal (the ordinal alone once let a gated peer at an ordinal ≤ 0 be paid
-    and one above 0 not). Measured with bench_fidelity (seed 0, 8 windows): 9 of 20 honest
-    aggregations after warm-up in the honest-only run, and 19 of 20 beside three colluders, were
-    paid nothing by `max(ordinal, 0)` alone (README, *Scoring fidelity*). Under the power policy such
-    a peer's weight is small; the rank policy (the default) pays it by rank."""
+    formed) or because its BMA is under the design's threshold (a run of −1 indicators; the
+    selection aggregates proven peers whatever their BMA, and such a peer was paid nothing for an
+    update the model used) it still scores: under half the lowest positive final, higher ordinals
+    higher, equal ones alike, as long as it has missed no window since (a miss scales a positive
+    final down, to 0 by the third; this pay kept its value through any number of misses). A final
+    score set to 0 by a gate or a penalty (`PeerRating.gated`: unproven, an invalid submission, a
+    ban, a window out of the match: validator/round/rating.py `outside_match`) stays 0, whatever its
+    ordinal (the ordinal alone once let a gated peer at an ordinal ≤ 0 be paid and one above 0
+    not). Measured with bench_fidelity (seed 0, 8 windows): 9 of 20 honest aggregations after
+    warm-up in the honest-only run, and 19 of 20 beside three colluders, were paid nothing by
+    `max(ordinal, 0)` alone (README, *Scoring fidelity*). Under the power policy such a peer's
+    weight is small; the rank policy (the default) pays it by rank."""
     peers = [p for p in state.peers.values() if paid(p, window, paid_windows)]
     positive = [p.final for p in peers if p.final > 0.0]
     floor = min(positive) / 2 if positive else 1.0
-    held = [p for p in peers if p.final <= 0.0 and p.ordinal <= 0.0 and not p.gated]
+    held = [p for p in peers if p.final <= 0.0 and not p.gated and not _missed_since(p)]
     unrated = sorted({p.ordinal for p in held}, reverse=True)
     step = {o: floor * (len(unrated) - i) / (len(unrated) + 1) for i, o in enumerate(unrated)}
     scores = {p.uid: step[p.ordinal] for p in held} | {p.uid: p.final for p in peers if p.final > 0.0}
     pairs = [(p.uid, scores.get(p.uid, 0.0)) for p in state.peers.values() if not p.detached]
     return sorted(pairs, key=lambda r: (-r[1], r[0]))
+
+
+def _missed_since(peer: PeerRating) -> bool:
+    return peer.consecutive_misses > 0 or peer.inactive_windows > 0

@@ -103,8 +103,8 @@ class PeerRating:
     drift_similarity: float | None = None  # this window's long-lag similarity; None: not measured
     last_aggregated: int | None = None  # the last window that aggregated its update (earnings.py)
     last_matched: int | None = None  # the last window it played the rating match in (`play_match`)
-    # its final is 0 by a gate or penalty of its latest evidence (unproven, the BMA, out of the match,
-    # an invalid submission, a ban), not by its ordinal: earnings.py pays the one and not the other
+    # its final is 0 by a gate or penalty of its latest evidence (unproven, out of the match, an
+    # invalid submission, a ban), not by its ordinal or the BMA: earnings.py pays the one and not the other
     gated: bool = False
 
     @property
@@ -247,7 +247,10 @@ def _apply_outcome(peer: PeerRating, o: PeerOutcome, window: int, cfg: RatingCon
             consecutive_misses=0,
             consecutive_negative=peer.consecutive_negative + 1 if o.score < 0 else 0,
         )
-        gated = not o.matched or gated_out(peer, cfg)
+        # the BMA holds the final at 0 (final_score) but gates nothing else: such a peer is proven
+        # and matched, and when the selection aggregates it, earnings.py pays it as it pays an
+        # ordinal ≤ 0 (it was paid nothing for an update the model used: a red-team run)
+        gated = not o.matched or not proven(peer, cfg)
         peer = replace(peer, final=0.0 if gated else final_score(peer, o.sync, cfg), gated=gated)
     elif o.status in _MISSED:
         misses = peer.consecutive_misses + 1

@@ -41,12 +41,40 @@ def test_aggregated_peers_at_a_final_score_of_0_are_paid_below_the_rest_by_ordin
     assert alone == [(1, 2 / 3), (4, 2 / 3), (2, 1 / 3)]
 
 
-def test_a_final_score_set_to_0_by_a_gate_or_penalty_is_not_paid() -> None:
-    """An ordinal above 0 with a final of 0: the BMA gate, an invalid submission or a miss set it."""
-    gated = PeerRating("gated", 0, 40.0, 2.0, bma=-0.1)  # final 0 though its ordinal is 34
-    honest = PeerRating("honest", 1, 24.0, 8.0)  # ordinal 0
-    ranked = ranked_by_uid(with_aggregated(_state(gated, honest), {"gated", "honest"}, 9), 9, 1)
-    assert ranked == [(1, 0.5), (0, 0.0)]
+def test_a_final_score_set_to_0_by_a_gate_or_a_miss_is_not_paid_and_by_the_bma_is() -> None:
+    """An ordinal above 0 with a final of 0. A gate (here an invalid submission) or a miss since the
+    aggregation: not paid. The BMA alone: paid like an ordinal ≤ 0, higher ordinals higher (the
+    selection aggregates a proven peer whatever its BMA; a red-team run found one paid nothing for
+    an update the model used). A miss also ends the pay of an ordinal ≤ 0, as a third one ends that
+    of a positive final (it used to keep its value through any number of misses)."""
+    rated = PeerRating("rated", 0, 30.0, 2.0, final=4.0)
+    bma = PeerRating("bma", 1, 40.0, 2.0, bma=-0.1)  # final 0 though its ordinal is 34
+    honest = PeerRating("honest", 2, 24.0, 8.0)  # ordinal 0
+    gated = PeerRating("gated", 3, 40.0, 2.0, gated=True)
+    missed = PeerRating("missed", 4, 24.0, 8.0, consecutive_misses=1)
+    idle = PeerRating("idle", 5, 24.0, 8.0, inactive_windows=1)
+    everyone = _state(rated, bma, honest, gated, missed, idle)
+    ranked = ranked_by_uid(with_aggregated(everyone, set(everyone.peers), 9), 9, 1)
+    assert ranked == [(0, 4.0), (1, 4 / 3), (2, 2 / 3), (3, 0.0), (4, 0.0), (5, 0.0)]
+
+
+def test_a_proven_peer_the_bma_holds_at_0_is_paid_for_the_window_that_aggregated_it() -> None:
+    """Seven +1 indicators, then four −1: proven still, its BMA under the threshold after the
+    warm-up, so its final is 0; the selection aggregated it, so it is paid, under the others."""
+    cfg, state = RatingConfig(), RatingState()
+    for w, sign in enumerate([1] * 7 + [-1] * 4, start=1):
+        outcomes = [
+            PeerOutcome("me", 0, Status.OK, 0.01, sign, own_gain=0.01 * (1 + 0.2 * sign), own_t=2.3),
+            *(PeerOutcome(h, u, Status.OK, 0.01 + u / 1000, 1, own_gain=0.012 + u / 1000, own_t=2.3)
+              for h, u in (("a", 1), ("b", 2))),
+        ]  # fmt: skip
+        state = with_aggregated(update_ratings(state, w, outcomes, cfg), {"me", "a", "b"}, w)
+    me = state.peers["me"]
+    assert me.evaluations > cfg.bma_warmup and me.bma < cfg.bma_threshold
+    assert me.final == 0.0 and not me.gated
+    ranked = dict(ranked_by_uid(state, 11, 1))
+    assert 0.0 < ranked[0] < min(ranked[1], ranked[2]) / 2
+    assert 0 in RankWeights().compute(list(ranked.items()))
 
 
 def _proven(hotkey: str, uid: int, mu: float, sigma: float, final: float) -> PeerRating:
