@@ -1,9 +1,14 @@
+"""Which peers are evaluated when the budget cannot cover all (scoring/sampling.py)."""
+
+from __future__ import annotations
+
 import pytest
 
 from scoring.sampling import History, SamplingConfig, sample_for_evaluation
 
 PEERS = [f"hk{i:02d}" for i in range(30)]
 RATINGS = {h: float(i) for i, h in enumerate(PEERS)}
+EVERYONE = History(RATINGS, proven=frozenset(PEERS))  # one tier: DESIGN's draw
 
 
 def test_everyone_when_affordable() -> None:
@@ -11,28 +16,89 @@ def test_everyone_when_affordable() -> None:
 
 
 def test_budget_split_across_rating_bins() -> None:
-    picked = sample_for_evaluation(PEERS, 6, History(RATINGS), 5, 0)
+    picked = sample_for_evaluation(PEERS, 6, EVERYONE, 5, 0)
     assert len(picked) == 6 and len(set(picked)) == 6
     bins = [sum(1 for h in picked if lo <= RATINGS[h] < lo + 10) for lo in (0, 10, 20)]
     assert bins == [2, 2, 2]
 
 
 def test_deterministic_in_seed_and_window() -> None:
-    a = sample_for_evaluation(PEERS, 7, History(RATINGS), 5, 1)
-    assert a == sample_for_evaluation(PEERS, 7, History(RATINGS), 5, 1)
-    draws = {tuple(sample_for_evaluation(PEERS, 7, History(RATINGS), w, 1)) for w in range(10)}
-    assert len(draws) > 1
+    for history in (EVERYONE, History(RATINGS, proven=frozenset(PEERS[:5]))):
+        a = sample_for_evaluation(PEERS, 7, history, 5, 1)
+        assert a == sample_for_evaluation(PEERS, 7, history, 5, 1)
+        draws = {tuple(sample_for_evaluation(PEERS, 7, history, w, 1)) for w in range(10)}
+        assert len(draws) > 1
 
 
 def test_favours_peers_not_evaluated_recently() -> None:
     recent = {h: 99 for h in PEERS[:15]}  # half evaluated last window: weight 2 vs 11
     counts = 0
     for w in range(200):
-        picked = sample_for_evaluation(
-            PEERS, 6, History(last_evaluated=recent), 100, w, SamplingConfig(bins=1)
-        )
+        history = History(last_evaluated=recent, proven=frozenset(PEERS))
+        picked = sample_for_evaluation(PEERS, 6, history, 100, w, SamplingConfig(bins=1))
         counts += sum(1 for h in picked if h in recent)
     assert counts < 0.3 * 200 * 6
+
+
+SYBILS = [f"s{i:03d}" for i in range(200)]
+HONEST = ["h0", "h1", "h2", "h3"]
+
+
+def test_proven_peers_before_a_crowd_of_unproven_identities() -> None:
+    """DESIGN's single draw gave 200 noise identities 200/204 of the budget in every window (an
+    honest peer evaluated in 4 % of windows at B = 8); proven peers now come first, and the
+    unproven keep a reserve of a quarter of the budget."""
+    history = History({h: 10.0 for h in HONEST}, proven=frozenset(HONEST))
+    for w in range(20):
+        picked = sample_for_evaluation([*HONEST, *SYBILS], 8, history, w, 3)
+        assert set(HONEST) <= set(picked) and len(picked) == 8
+    flat = [
+        sample_for_evaluation([*HONEST, *SYBILS], 8, History(proven={*HONEST, *SYBILS}), w, 3)
+        for w in range(50)
+    ]
+    assert sum(h in p for p in flat for h in HONEST) < 0.2 * 50 * 4
+    # more proven peers than the budget: the reserve still goes to unproven peers
+    many = [f"p{i:02d}" for i in range(12)]
+    picked = sample_for_evaluation([*many, *SYBILS], 8, History(proven=frozenset(many)), 0, 3)
+    assert sum(h in many for h in picked) == 6
+
+
+def test_a_newcomer_is_not_delayed_by_identities_registered_after_it() -> None:
+    """Unproven peers never evaluated are served first come first served (the longest rated first):
+    200 identities that registered after an honest newcomer do not delay it, re-registered or not.
+    Before them come the peers whose own pages gained (an honest newcomer after its first
+    evaluation, a trial that fell short, a proof lost); after them those that showed no such gain."""
+    history = History(proven=frozenset(HONEST), seen={"new": 5} | {s: 1 for s in SYBILS})
+    for w in range(10):
+        assert "new" in sample_for_evaluation([*HONEST, "new", *SYBILS], 6, history, w, 7)
+    older = {s: 9 for s in SYBILS[:10]}  # seen before the newcomer: ahead of it
+    tried = {s: 3 for s in SYBILS[:8]}  # evaluated three times, their pages gained nothing
+    evidence = {s: -0.5 for s in tried} | {"lost": 4.0, "weak": 1.2, "s000": 0.9, "half": 0.3}
+    history = History(
+        proven=frozenset(HONEST), seen={"new": 5} | older, evidence=evidence,
+        evaluations=tried | {"lost": 20, "weak": 3, "half": 1},
+    )  # fmt: skip
+    everyone = [*HONEST, "new", "lost", "weak", "half", *SYBILS]
+    # 4 proven; then lost and weak (their pages gained), s008, s009 and new (never evaluated, by
+    # how long each is rated), the other 190 never evaluated, half (one evaluation), the rest
+    assert set(sample_for_evaluation(everyone, 7, history, 0, 7)) == {*HONEST, "lost", "weak", "s008"}
+    assert set(sample_for_evaluation(everyone, 9, history, 0, 7)) == {
+        *HONEST,
+        "lost",
+        "weak",
+        "s008",
+        "s009",
+        "new",
+    }
+    last = sample_for_evaluation(everyone, len(everyone) - 8, history, 0, 7)
+    assert "half" in last and not set(tried) & set(last)
+
+
+def test_banned_peers_take_only_what_everyone_else_leaves() -> None:
+    history = History(proven=frozenset(HONEST), banned=frozenset({"h0"}))
+    picked = sample_for_evaluation([*HONEST, *SYBILS[:3]], 6, history, 0, 1)
+    assert "h0" not in picked and set(picked) == {"h1", "h2", "h3", *SYBILS[:3]}
+    assert "h0" in sample_for_evaluation([*HONEST, *SYBILS[:2]], 6, history, 0, 1)
 
 
 def test_rejects_bad_input() -> None:
@@ -40,3 +106,5 @@ def test_rejects_bad_input() -> None:
         sample_for_evaluation(["a", "a"], 1, History(), 0, 0)
     with pytest.raises(ValueError):
         SamplingConfig(bins=0)
+    with pytest.raises(ValueError):
+        SamplingConfig(unproven_share=1.5)

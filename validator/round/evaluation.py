@@ -24,6 +24,7 @@ from scoring.loss_score import (
     paged_loss,
 )
 from scoring.model import LlamaModel
+from scoring.page_test import stouffer
 from scoring.ranking import RatingState
 from scoring.sampling import History, sample_for_evaluation
 from scoring.types import Reason
@@ -75,6 +76,7 @@ class Sample:
     the record evaluated). The ratings before the window make the sample fair."""
 
     ratings: RatingState
+    proven: Collection[str]  # before the window: the draw's first tier (scoring/sampling.py)
     budget: Callable[[], int]
     only: Collection[str] | None = None
 
@@ -114,21 +116,12 @@ def evaluate_window(
     what each worker did (one, `in-process`, without a pool): recorded with the window's timings."""
     valid = {p.hotkey: p for p in peers if p.valid}
     if sample.only is None:
-        ratings = sample.ratings.peers
-        history = History(
-            ratings={hotkey: rating.ordinal for hotkey, rating in ratings.items()},
-            last_evaluated={
-                hotkey: rating.last_evaluated
-                for hotkey, rating in ratings.items()
-                if rating.last_evaluated is not None
-            },
-        )
         budget, window, seed = sample.budget(), setup.window, setup.seed.number
-        sampling = setup.cfg.sampling
-        chosen = sample_for_evaluation(sorted(valid), budget, history, window, seed, sampling)
+        history = _history(sample, window)
+        chosen = sample_for_evaluation(sorted(valid), budget, history, window, seed, setup.cfg.sampling)
     else:
         chosen = sorted(h for h in sample.only if h in valid)
-    results, failed, workers = _evaluate_chosen(setup, [valid[h] for h in chosen], held, reference)
+    results, failed, workers = evaluate_chosen(setup, [valid[h] for h in chosen], held, reference)
     by_uid = {result.uid: result for result in results}
     picked = set(chosen)
     out = []
@@ -140,6 +133,22 @@ def evaluate_window(
         else:
             out.append(p)
     return out, workers
+
+
+def _history(sample: Sample, window: int) -> History:
+    """What the draw reads of each rated peer (scoring/sampling.py)."""
+    ratings = sample.ratings.peers
+    return History(
+        ratings={hotkey: rating.ordinal for hotkey, rating in ratings.items()},
+        last_evaluated={h: r.last_evaluated for h, r in ratings.items() if r.last_evaluated is not None},
+        proven=frozenset(sample.proven),
+        banned=frozenset(h for h, r in ratings.items() if r.banned(window)),
+        evaluations={hotkey: rating.evaluations for hotkey, rating in ratings.items()},
+        seen={hotkey: rating.windows_seen for hotkey, rating in ratings.items()},
+        evidence={
+            h: z for h, r in ratings.items() if (z := stouffer(r.proof_sum, r.proof_weight)) is not None
+        },
+    )
 
 
 def _finite_or_rejected(p: PeerWindow) -> PeerWindow:
@@ -163,7 +172,7 @@ def _finite_or_rejected(p: PeerWindow) -> PeerWindow:
     return replace(p.reject(Reason.NON_FINITE_LOSS, "the update's loss is not finite"), evaluation=None)
 
 
-def _evaluate_chosen(
+def evaluate_chosen(
     setup: EvalSetup, chosen: Sequence[PeerWindow], held: HeldOut, reference: Mapping[str, float]
 ) -> tuple[list[PeerEval], dict[int, Exception], list[WorkerStats]]:
     if setup.remote is not None:  # workers read each peer's archived bytes themselves

@@ -158,7 +158,8 @@ def _evaluate(
         remote=inputs.remote, base=ctx.base,
     )  # fmt: skip
     held = heldout(setup)
-    sample = Sample(inputs.ratings, inputs.budget, inputs.only)
+    proven = proven_peers(inputs.ratings, ctx.cfg.ranking.rating)
+    sample = Sample(inputs.ratings, proven, inputs.budget, inputs.only)
     evaluated, workers = evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
     return held, evaluated, workers
 
