@@ -106,12 +106,8 @@ class RatingOut(Schema):
         "windows, then a moving average; not aggregated under min_retention, 0.93); none: never measured",
     )  # fmt: skip
     drift: float = Field(0.0, description="CUSUM of drift_similarity (persistence_gate: out at 0.008)")
-    drift_similarity: float | None = Field(
-        None, description="mean cosine of its residual with its own of 3-12 aggregating windows before"
-    )
-    last_aggregated: int | None = Field(
-        None, description="the last window that aggregated it: a weight set pays those since the last set"
-    )
+    drift_similarity: float | None = Field(None, description="mean residual cosine, 3-12 windows back")
+    last_aggregated: int | None = Field(None, description="the last window that aggregated it")
     last_matched: int | None = Field(
         None, description="the last window it played the rating match in: a peer that has not proven its "
         "training, or whose gain overstates its work (inflated, under min_retention, linked, drifting), is "
@@ -204,6 +200,8 @@ class CopyPairOut(Schema):
     similarity: float = Field(description="residual similarity beyond the window's consensus update")
     baseline: float = Field(description="the window's typical overlap the pair's excess is measured from")
     clear: bool = Field(description="false: upload order unclear, nobody penalised, one aggregated")
+    authorship_a: float | None = Field(None, description="page t on a's pages of b's update (null: not read)")
+    authorship_b: float | None = Field(None, description="page t on b's pages of a's update (null: not read)")
 
 
 class WeightSetOut(Schema):

@@ -84,6 +84,7 @@ FRAMING = {
     "frontrun_proven": f"{HONEST},frontrun_proven:1",
     "frontrun_newcomer": f"newcomer:1,{HONEST},frontrun_newcomer:1",  # uid 1 joins in window 4
     "copy_crowd": f"{HONEST},copycat:8",  # eight copies of the first published update (scoring/twins.py)
+    "boosted_copy": f"{HONEST},boosted_copy:1",  # a copy plus its own pages' training (scoring/authorship.py)
 }
 # Stronger variants of an adversary in the mix, measured alone beside the honest peers (the mixed
 # scenario stays the one every round has measured): poison at twice its share of the norm, and `lazy`

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
+from scoring.authorship import Readings, claim_gap
 from scoring.copy_config import CopyTier, UniquenessConfig
 from scoring.same_update import same_update_groups
 from scoring.similarity import exact_overlap
@@ -92,20 +93,26 @@ def unclear(finding: CopyFinding) -> CopyFinding:
 # peer in about 57 % of the windows it copies (at 1.0: 2.7 %, 12 % and 78 %). A penalty is a reset
 # or a 20-window ban, so it asks for more than leaving a sender out of one window's aggregate does.
 CONVICTION_MARGIN = 2.0
+NO_READINGS: Readings = {}
 
 
 def convict(
-    findings: Sequence[CopyFinding], page_t: Mapping[str, float], margin: float = CONVICTION_MARGIN
+    findings: Sequence[CopyFinding],
+    page_t: Mapping[str, float],
+    readings: Readings = NO_READINGS,
+    margin: float = CONVICTION_MARGIN,
 ) -> list[CopyFinding]:
     """`findings` after the window's evaluation: a clear finding stays clear (its offender is
-    penalised) only when both sides were evaluated and the suspect's own pages read at least
-    `margin` under the first uploader's; any other becomes unclear, and the selection aggregates at
-    most one of the two (scoring/twins.py). A suspect not evaluated is not penalised: unproven, it
-    is not aggregated either."""
+    penalised) only when both sides were evaluated and the suspect's claim to the update reads at
+    least `margin` under the first uploader's (scoring/authorship.py `claim_gap`: for one payload,
+    their own page tests; else those and the readings of each update on the other's pages, both);
+    any other becomes unclear, and the selection aggregates at most one of the two
+    (scoring/twins.py). A suspect not evaluated is not penalised: unproven, it is not aggregated
+    either."""
     out = []
     for f in findings:
-        mine, theirs = page_t.get(f.offender), page_t.get(f.other)
-        confirmed = mine is not None and theirs is not None and mine <= theirs - margin
+        gap = claim_gap(f.offender, f.other, page_t, readings)
+        confirmed = gap is not None and gap >= margin
         out.append(f if not f.clear or confirmed else unclear(f))
     return out
 

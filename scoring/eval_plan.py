@@ -25,10 +25,16 @@ class EvalConfig:
     budget: int = 256
     loss: LossScoreConfig = LossScoreConfig()
     sampling: SamplingConfig = SamplingConfig()
+    # flagged pairs' updates read on each other's pages (validator/round/cross.py): at most this many
+    # readings per evaluated peer, each one more evaluation (copy-heavy windows of bench_fidelity
+    # wanted up to 1.0: mixed ~10 a window beside 17 evaluations, copy_crowd 16 beside 12)
+    cross_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError("batch size must be positive")
+        if self.cross_share < 0.0:
+            raise ValueError("cross_share must be >= 0")
         # the page test (scoring/page_test.py) reads the spread of each side's pages: two at least
         if min(self.pages_per_peer, self.eval_pages, self.heldout_pages) < 2:
             raise ValueError("page counts must be at least 2")

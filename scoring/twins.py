@@ -29,7 +29,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
+from scoring.authorship import Readings, claim_gap, weakest_claim
+
 Pair = tuple[str, str]
+NO_READINGS: Readings = {}
 # How far (in page-test t) a sender's own pages must read under another sender's for the update not
 # to be its. Pages an update never saw read t ~ N(0, 1); its author's pages read 2.3 ± 1.4 a window
 # for a full honest peer and 0.84 ± 1.19 for a ⅒-steps one (docs/fidelity-log.md, seventeenth
@@ -47,6 +50,8 @@ class Twins:
     page_t: Mapping[str, float] = field(
         default_factory=dict
     )  # this window's page test t of each evaluated peer
+    # each flagged pair's updates read on the other sender's pages (scoring/authorship.py)
+    readings: Readings = field(default_factory=dict)
 
 
 NO_TWINS = Twins()
@@ -65,14 +70,17 @@ def judge_twins(
     """`present`: the window's candidates; `kept`: those the selection would aggregate otherwise;
     `final`: a kept peer's final score."""
 
-    def rank(k: str, by_pages: bool = False) -> tuple[bool, float, float, float, str]:  # best first
-        seen, pages = twins.seen.get(k, math.inf), twins.page_t.get(k, -math.inf) if by_pages else 0.0
+    def rank(k: str, group: Collection[str] = ()) -> tuple[bool, float, float, float, str]:  # best first
+        """By pages when `group` is given: k's own page test, or lower where another sender's update
+        reads lower on k's pages (scoring/authorship.py)."""
+        claim = weakest_claim(k, [j for j in group if j != k], twins.page_t, twins.readings) if group else 0.0
+        seen, pages = twins.seen.get(k, math.inf), -math.inf if claim is None else claim
         return math.isinf(seen), -pages, -final(k), seen, k
 
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
     grouped = {k for group in clusters(linked) if len(group) > 2 for k in group}
     copied = [(a, b) for a, b in [*twins.copies, *twins.same] if a in present and b in present]
-    disowned = owners(copied, twins.page_t)
+    disowned = owners(copied, twins.page_t, twins.readings)
     alive = set(kept) - grouped - disowned
     # one update's senders are tied among themselves too, not only through the one each was matched
     # with: that one left out (unproven, rated low), every other sender was aggregated
@@ -90,28 +98,38 @@ def judge_twins(
         elif any(a in group and b in group for a, b in linked):
             lesser |= set(sorted(group, key=rank)[1:])
         else:  # copies only: the sender whose own pages gained most first (module docstring)
-            lesser |= set(sorted(group, key=lambda k: rank(k, by_pages=True))[1:])
+            lesser |= set(sorted(group, key=lambda k: rank(k, group))[1:])
     return Verdict(frozenset(grouped), frozenset(lesser), frozenset(disowned & set(kept)))
 
 
-def owners(pairs: Sequence[Pair], page_t: Mapping[str, float], margin: float = OWNERSHIP_MARGIN) -> set[str]:
-    """The senders tied by copy findings whose own pages' test reads at least `margin` under the
-    best of their own partners' (the peers a finding ties them to), plus what that best reads by
+def owners(
+    pairs: Sequence[Pair],
+    page_t: Mapping[str, float],
+    readings: Readings = NO_READINGS,
+    margin: float = OWNERSHIP_MARGIN,
+) -> set[str]:
+    """The senders tied by copy findings whose claim to the update reads at least `margin` under one
+    of their own partners' (the peers a finding ties them to; scoring/authorship.py `claim_gap`:
+    for one payload, their own page tests), plus what the best of that many partners reads by
     chance alone (`crowd_lead`): the update (or the one it copies) was trained on somebody else's
-    pages. Partners only, not the whole group a chain of findings ties: a blend of two peers'
-    updates tied the two, whose updates are their own, and the one whose pages read lower was left
-    out (`bench_fidelity`'s `blend` at `1356843`: honest coverage 1.00 → 0.75). A sender not evaluated is not
-    judged."""
+    pages.
+    Partners only, not the whole group a chain of findings ties: a blend of two peers' updates tied
+    the two, whose updates are their own, and the one whose pages read lower was left out
+    (`bench_fidelity`'s `blend` at `1356843`: honest coverage 1.00 → 0.75). A sender not evaluated
+    is not judged."""
     out: set[str] = set()
     for key, others in partners(pairs).items():
-        read = [page_t[j] for j in others if j in page_t]
-        if key in page_t and read and page_t[key] <= max(read) - margin - crowd_lead(len(read)):
+        gaps = [gap for j in others if (gap := claim_gap(key, j, page_t, readings)) is not None]
+        if gaps and max(gaps) >= margin + crowd_lead(len(gaps)):
             out.add(key)
     return out
 
 
 def paired_t(
-    pairs: Sequence[Pair], page_t: Mapping[str, float], unproven: Collection[str]
+    pairs: Sequence[Pair],
+    page_t: Mapping[str, float],
+    unproven: Collection[str],
+    readings: Readings = NO_READINGS,
 ) -> dict[str, float]:
     """The page test each sender's proof of training reads this window (scoring/proof.py): its own
     t, except for a sender that has not proven its training and is tied by a copy finding to
@@ -120,17 +138,25 @@ def paired_t(
     to prove training it never did (a blend of two proven peers' updates proved and was aggregated
     in the mixed run once copies were evaluated); such a sender reads (t − reference) / √2, the
     reference being those partners' best less what the best of that many reads by chance, floored
-    at 0 (a partner whose pages the update harms must not lift it). An author beside a proven
-    frontrunner proves, more slowly (2.3 / √2 a window for a full honest peer); a copier's evidence
-    falls. Unproven partners do not count: two peers in their warm-up tied by a blend each read
-    their proof against it, and one was aggregated from window 7 instead of 4 (`blend` under seed 1,
-    coverage 0.75)."""
+    at 0 (a partner whose pages the update harms must not lift it). Where the pair's updates were
+    read on each other's pages (scoring/authorship.py), the same with the partners' updates on its
+    pages for t and its update on theirs for the reference, and the lower of the two: a copier that
+    adds training on its own pages raises its own t, not its victim's update's reading there. An
+    author beside a proven frontrunner proves, more slowly (2.3 / √2 a window for a full honest
+    peer); a copier's evidence falls. Unproven partners do not count: two peers in their warm-up
+    tied by a blend each read their proof against it, and one was aggregated from window 7 instead
+    of 4 (`blend` under seed 1, coverage 0.75)."""
     out = dict(page_t)
     for key, others in partners(pairs).items():
-        read = [page_t[j] for j in others if j in page_t and j not in unproven]
-        if key in unproven and key in page_t and read:
-            reference = max(0.0, max(read) - crowd_lead(len(read)))
-            out[key] = (page_t[key] - reference) / math.sqrt(2.0)
+        proven = [j for j in others if j in page_t and j not in unproven]
+        if key not in unproven or key not in page_t or not proven:
+            continue
+        lead = crowd_lead(len(proven))
+        own = page_t[key] - max(0.0, max(page_t[j] for j in proven) - lead)
+        mine = [readings.get((key, j), page_t[key]) for j in proven]
+        theirs = [readings.get((j, key), page_t[j]) for j in proven]
+        read = min(mine) - max(0.0, max(theirs) - lead)
+        out[key] = min(own, read) / math.sqrt(2.0)
     return out
 
 

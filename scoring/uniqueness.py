@@ -70,6 +70,8 @@ class CopyCheck:
     first: Mapping[tuple[str, str], str] = field(default_factory=dict)  # who clearly uploaded first
     # each peer's upload as the validator saw it (math.inf: never seen, its time is its store's own)
     seen: Mapping[str, float] = field(default_factory=dict)
+    # after the evaluation: flagged pairs' updates read on each other's pages (scoring/authorship.py)
+    readings: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 def find_copies(

@@ -206,6 +206,10 @@ class CopyPair(Base):
     similarity: Mapped[float] = mapped_column(server_default=text("1.0"))
     baseline: Mapped[float] = mapped_column(server_default=text("0.0"))
     clear: Mapped[bool] = mapped_column(server_default=true())
+    # the page test on a's pages of b's update and on b's pages of a's (scoring/authorship.py);
+    # None: one payload (each side's own test), not measured, or written before the readings
+    authorship_a: Mapped[float | None]
+    authorship_b: Mapped[float | None]
 
 
 class Selection(Base):

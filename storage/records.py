@@ -148,6 +148,10 @@ class CopyPairRecord:
     similarity: float = 1.0  # residual similarity beyond the window's consensus (scoring/similarity.py)
     baseline: float = 0.0  # the window's typical overlap the pair's excess was measured from
     clear: bool = True
+    # a's authorship against b (b's update on a's pages) and b's against a (scoring/authorship.py);
+    # None: one payload (each side's own page test decided), or not measured
+    authorship_a: float | None = None
+    authorship_b: float | None = None
 
     def __post_init__(self) -> None:
         if self.offender not in (self.hotkey_a, self.hotkey_b):

@@ -128,7 +128,9 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
         evaluations=evals,
         ratings=ratings,
         penalties=[PenaltyRecord(hotkey(invalid), "invalid", 0.0, "bad_signature")],
-        copy_pairs=[CopyPairRecord(hotkey(0), hotkey(1), 0.45, 0.9, hotkey(1))],
+        copy_pairs=[
+            CopyPairRecord(hotkey(0), hotkey(1), 0.45, 0.9, hotkey(1), authorship_a=2.5, authorship_b=0.1)
+        ],
         selections=[
             SelectionRecord(hotkey(0), 0, "gather", 0),
             SelectionRecord(hotkey(1), 1, "gather", 1),

@@ -166,7 +166,9 @@ def make_window(window: int, n_peers: int = 8, n_eval: int = 4, n_gather: int = 
         evaluations=evals,
         ratings=ratings,
         penalties=[PenaltyRecord(hotkey(n_peers - 1), "invalid", 0.0, "bad_signature")],
-        copy_pairs=[CopyPairRecord(hotkey(0), hotkey(1), 0.45, 0.9, hotkey(1))],
+        copy_pairs=[
+            CopyPairRecord(hotkey(0), hotkey(1), 0.45, 0.9, hotkey(1), authorship_a=2.5, authorship_b=0.1)
+        ],
         selections=[SelectionRecord(hotkey(i), i, "gather", i) for i in range(n_gather)]
         + [SelectionRecord(hotkey(n_gather), n_gather, "reserve", 0)],
     )

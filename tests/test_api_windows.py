@@ -51,6 +51,8 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
             "similarity": 1.0,
             "baseline": 0.0,
             "clear": True,
+            "authorship_a": 2.5,
+            "authorship_b": 0.1,
         }
     ]
     assert [(s["role"], s["rank"]) for s in body["selection"]] == [

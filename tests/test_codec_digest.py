@@ -133,7 +133,7 @@ def check(files: Mapping[str, bytes], window: int, ledger: DigestLedger) -> dict
     # the upload order names a suspect; its own pages convict it after the evaluation: here they read
     # t = 0 (an update trained on somebody else's pages) and the first uploader's 3
     read = {p.hotkey: 0.0 for p in checked} | {KEY.ss58_address: 3.0}
-    convicted, _ = convict_copies(checked, copies, read)
+    convicted, _ = convict_copies(checked, copies, read, {})
     return {p.hotkey: p for p in convicted}
 
 

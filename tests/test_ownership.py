@@ -5,6 +5,7 @@ identity can compute a newcomer's update and publish it first."""
 from __future__ import annotations
 
 import math
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,11 @@ import pytest
 from scoring.copy_config import CopyTier
 from scoring.copy_findings import CONVICTION_MARGIN, CopyFinding, convict
 from scoring.selection import Candidate, left_out_for_cause, select_aggregation
-from scoring.twins import OWNERSHIP_MARGIN, Twins, crowd_lead, owners, paired_t
+from scoring.twins import OWNERSHIP_MARGIN, Twins, crowd_lead, judge_twins, owners, paired_t
 from tests.e2e_fixtures import clear_gauntlet_env
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
+from validator.round.outcomes import page_tests
 
 
 def _candidates(thief_final: float = 20.0, victim_proven: bool = False) -> list[Candidate]:
@@ -164,3 +166,76 @@ def test_a_proven_frontrunner_cannot_ban_a_newcomer_by_publishing_its_update_fir
             stolen.append(thief in report.selection.gather)
     assert not runner.state.ratings.peers[newcomer].banned(7)
     assert stolen.count(True) <= 1, stolen  # left out where its own pages read under the newcomer's
+
+
+def test_a_copier_that_trains_on_its_own_pages_is_read_on_its_victims() -> None:
+    """A red-team attack: a copy of the victim's update plus training on the copier's own public
+    pages raises the copier's own page test (6.0 against the victim's 2.3), and every rule that
+    compared own tests trusted it: the victim was disowned, a newcomer convicted on a frontrunner's
+    word, and the copier's proof grew. With the pair's updates read on each other's pages
+    (scoring/authorship.py), the victim's update holds none of the copier's training (0.1 on the
+    copier's pages) and the copy holds the victim's (2.0 on the victim's). A rule against a sender
+    needs both readings to agree (the copier decides how much of its victim the copy keeps)."""
+    own = {"victim": 2.3, "copier": 6.0}
+    readings = {("copier", "victim"): 0.1, ("victim", "copier"): 2.0}
+    pair = [("victim", "copier")]
+    assert owners(pair, own) == {"victim"}  # own tests alone: the attack
+    assert owners(pair, own, readings) == set()
+    # the copier's proof reads its claim against the proven victim, not its own raised test
+    assert paired_t(pair, own, unproven={"copier"})["copier"] > 2.0
+    assert paired_t(pair, own, {"copier"}, readings)["copier"] == pytest.approx((0.1 - 2.0) / math.sqrt(2))
+    # of the two, the one kept is the sender whose pages the other's update holds (by own tests
+    # alone the victim was disowned)
+    for read, disowned, lesser in (({}, {"victim"}, set()), (readings, set(), {"copier"})):
+        twins = Twins(copies=tuple(pair), page_t=own, readings=read)
+        verdict = judge_twins({"victim", "copier"}, {"victim", "copier"}, lambda k: 1.0, twins)
+        assert (verdict.disowned, verdict.lesser) == (disowned, lesser)
+    # a proven frontrunner publishing a newcomer's update plus its own training first
+    frontrun = CopyFinding("newcomer", "frontrunner", 0.95, CopyTier.BAN, "copy")
+    own = {"newcomer": 2.3, "frontrunner": 6.0}
+    assert convict([frontrun], own)[0].clear  # own tests alone: the newcomer banned
+    read = {("newcomer", "frontrunner"): 2.3, ("frontrunner", "newcomer"): 0.0}
+    assert not convict([frontrun], own, read)[0].clear
+    # the price: such a copier, uploading after a proven victim, is convicted only where its own
+    # test reads under the victim's too (unproven, it is never aggregated either way)
+    later = CopyFinding("copier", "victim", 0.95, CopyTier.BAN, "copy")
+    read = {("copier", "victim"): 0.1, ("victim", "copier"): 2.4}
+    assert not convict([later], {"victim": 2.3, "copier": 6.0}, read)[0].clear
+    assert convict([later], {"victim": 2.3, "copier": 0.2}, read)[0].clear
+
+
+def test_a_copy_that_dilutes_its_victim_cannot_disown_it_by_its_readings_alone() -> None:
+    """`bench_fidelity`'s `blend` (seed 0, window 5): the blend kept so little of one author's
+    training that it read −0.17 on the author's pages, and the author's update read 1.22 on the
+    blend's by chance; the readings alone left the author out. Its own test (2.1 against the
+    blend's 0.2) says otherwise, so nobody is disowned."""
+    own = {"author": 2.1, "blend": 0.2}
+    readings = {("author", "blend"): -0.17, ("blend", "author"): 1.22}
+    assert owners([("author", "blend")], own, readings) == set()
+    assert owners([("author", "blend")], own) == {"blend"}  # own tests alone leave the blend out
+
+
+def test_a_flagged_pairs_updates_are_read_on_each_others_pages_and_recorded(tmp_path: Path) -> None:
+    """validator/round/cross.py: a copycat re-sends its victim's update with a few codes changed
+    (another payload), so each update is also evaluated on the other sender's pages. The copy read
+    on the victim's pages gains as the victim's own update does there, and the victim's update read
+    on the copycat's pages as the copy does on them: the readings measure whose pages the update
+    holds. They are stored with the pair (and served by the API)."""
+    clear_gauntlet_env()
+    runner = DemoRunner(
+        DemoConfig(parse_peers("honest:3,copycat:1"), windows=1, workdir=tmp_path, corpus_tokens=600_000)
+    )
+    names = runner.network.behaviour_of()
+    runner.publish(1)
+    report = runner.validate(1)
+    own = page_tests(report.peers)
+    copycat = next(h for h, b in names.items() if b == "copycat")
+    with sqlite3.connect(tmp_path / "gauntlet.db") as db:
+        rows = db.execute("SELECT hotkey_a, hotkey_b, authorship_a, authorship_b FROM copy_pairs").fetchall()
+    [(a, b, read_a, read_b)] = [r for r in rows if copycat in r[:2]]
+    victim = a if b == copycat else b
+    read = {a: read_a, b: read_b}
+    assert read[victim] is not None and read[copycat] is not None
+    # measured: 3.037 against the victim's own 3.039, 0.288 against the copycat's own 0.277
+    assert read[victim] == pytest.approx(own[victim], abs=0.1) and own[victim] > 2.0
+    assert read[copycat] == pytest.approx(own[copycat], abs=0.1)

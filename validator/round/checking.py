@@ -11,6 +11,7 @@ from types import TracebackType
 
 import structlog
 
+from scoring.authorship import Readings
 from scoring.copy_config import CopyTier
 from scoring.copy_findings import convict
 from scoring.decoder import Expected
@@ -166,13 +167,14 @@ def find_window_copies(
 
 
 def convict_copies(
-    peers: Sequence[PeerWindow], copies: CopyCheck, page_t: Mapping[str, float]
+    peers: Sequence[PeerWindow], copies: CopyCheck, page_t: Mapping[str, float], readings: Readings
 ) -> tuple[list[PeerWindow], CopyCheck]:
-    """After the evaluation: each suspect whose own pages read under its first uploader's
-    (`page_t`, the window's page tests: scoring/copy_findings.py `convict`) becomes invalid with its
-    finding's tier; every other finding is unclear. A convicted peer keeps its evaluation: it is
-    recorded, and replay re-derives the conviction from it."""
-    findings = convict(copies.findings, page_t)
+    """After the evaluation: each suspect whose authorship reads under its first uploader's
+    (`page_t`, the window's page tests, and `readings`, the flagged pairs' updates on each other's
+    pages: scoring/copy_findings.py `convict`) becomes invalid with its finding's tier; every other
+    finding is unclear. The readings stay with the findings, for the selection and the proof. A
+    convicted peer keeps its evaluation: it is recorded, and replay re-derives the conviction."""
+    findings = convict(copies.findings, page_t, readings)
     worst = offences(findings)
     out = []
     for p in peers:
@@ -180,12 +182,12 @@ def convict_copies(
             f = worst[p.hotkey]
             detail = (
                 f"overlap {f.overlap:.2f}, similarity {f.similarity:.2f} with {f.other}, uploaded later, "
-                "its own pages gained clearly less"
+                "its pages gained clearly less from the update"
             )
             out.append(replace(p.reject(f.reason, detail), copy_tier=f.tier))
         else:
             out.append(p)
-    return out, replace(copies, findings=findings)
+    return out, replace(copies, findings=findings, readings=dict(readings))
 
 
 def _sighting(f: FetchResult) -> tuple[float, float]:

@@ -97,6 +97,8 @@ class Scored:
     workers: tuple[WorkerStats, ...] = ()  # who evaluated: recorded with the timings, never replayed
     residuals: Mapping[str, bytes] = field(default_factory=dict)  # float16 sketches for later windows
     sketch_seed: int = 0  # the hash seed they were sketched with
+    # flagged pairs' updates read on each other's pages (scoring/authorship.py): recorded per pair
+    readings: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 def page_tests(peers: Sequence[PeerWindow]) -> dict[str, float]:

@@ -1,9 +1,10 @@
 """One window scored from its inputs: the live round and replay both run exactly this.
 
 decode → replays → empty updates and outliers → copies (suspects) → recycled work → echoes → clip
-reference → residual sketches (validator/round/drift.py) → held-out → evaluate → convict suspected
-copiers → rate → select. The live round decodes while it downloads, so its peers arrive judged and
-the decode step finds nothing left to do; replay hands in the archived bytes and decodes them here.
+reference → residual sketches (validator/round/drift.py) → held-out → evaluate → flagged pairs'
+updates read on each other's pages (validator/round/cross.py) → convict suspected copiers → rate →
+select. The live round decodes while it downloads, so its peers arrive judged and the decode step
+finds nothing left to do; replay hands in the archived bytes and decodes them here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from scoring.authorship import Pair
 from scoring.data import Dataset
 from scoring.earnings import with_aggregated
 from scoring.model import LlamaModel
@@ -22,6 +24,7 @@ from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck, offences, unconvicted
 from validator.round.checking import Judge, Standing, check_window, convict_copies, reject_echoes
 from validator.round.config import RoundConfig
+from validator.round.cross import cross_readings
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
     NOT_EVALUATED,
@@ -94,9 +97,13 @@ def score_window(
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
         evaluated = recordable(evaluated, ctx.window)
+        setup, findings = _setup(ctx, inputs), copies.findings
+        readings: dict[Pair, float] = stages.salvage(
+            "cross", lambda: cross_readings(setup, evaluated, findings, held, reference), dict
+        )
         evaluated, copies = stages.salvage(
             "convict",
-            lambda: convict_copies(evaluated, copies, page_tests(evaluated)),
+            lambda: convict_copies(evaluated, copies, page_tests(evaluated), readings),
             lambda: (evaluated, unconvicted(copies)),
         )
     with stages("rate"):
@@ -108,7 +115,7 @@ def score_window(
     loss = held.loss_before
     return Scored(
         evaluated, copies.findings, reference, ratings, selection, loss, seconds, tuple(workers),
-        residuals=drift.residuals, sketch_seed=ctx.sketch_seed,
+        residuals=drift.residuals, sketch_seed=ctx.sketch_seed, readings=copies.readings,
     )  # fmt: skip
 
 
@@ -153,15 +160,20 @@ def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck,
 def _evaluate(
     ctx: WindowContext, peers: list[PeerWindow], reference: dict[str, float], inputs: WindowInputs
 ) -> tuple[HeldOut, list[PeerWindow], list[WorkerStats]]:
-    setup = EvalSetup(
+    setup = _setup(ctx, inputs)
+    held = heldout(setup)
+    sample = Sample(
+        inputs.ratings, proven_peers(inputs.ratings, ctx.cfg.ranking.rating), inputs.budget, inputs.only
+    )
+    evaluated, workers = evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
+    return held, evaluated, workers
+
+
+def _setup(ctx: WindowContext, inputs: WindowInputs) -> EvalSetup:
+    return EvalSetup(
         inputs.model, inputs.dataset, ctx.window, ctx.seed, ctx.cfg.eval, inputs.evaluator,
         remote=inputs.remote, base=ctx.base,
     )  # fmt: skip
-    held = heldout(setup)
-    proven = proven_peers(inputs.ratings, ctx.cfg.ranking.rating)
-    sample = Sample(inputs.ratings, proven, inputs.budget, inputs.only)
-    evaluated, workers = evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
-    return held, evaluated, workers
 
 
 def rate_and_select(

@@ -138,7 +138,7 @@ def proof_tests(
     finding to evaluated peers reads its own against theirs (scoring/twins.py `paired_t`)."""
     tests = page_tests(peers)
     unproven = {h for h in tests if h not in state.peers or not proven(state.peers[h], cfg.rating)}
-    return paired_t([(f.other, f.offender) for f in copies.findings], tests, unproven)
+    return paired_t([(f.other, f.offender) for f in copies.findings], tests, unproven, copies.readings)
 
 
 def _with_links(rated: RatingState, copies: CopyCheck, cfg: RankingConfig) -> RatingState:
@@ -231,7 +231,9 @@ def twins_of(
     unclear = [f for f in copies.findings if not f.clear]
     same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD or f.same_update]
     pairs = tuple(sorted(unclear_pairs(unclear)))
-    twins = Twins(pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen, page_tests(peers))
+    twins = Twins(
+        pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen, page_tests(peers), copies.readings
+    )
     return Resembling(twins, frozenset(later))
 
 

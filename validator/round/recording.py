@@ -137,7 +137,9 @@ PAIRS_PER_PEER = 3  # flagged pairs recorded per peer: its strongest, which deci
 
 
 def copy_pair_records(
-    findings: Sequence[CopyFinding], per_peer: int = PAIRS_PER_PEER
+    findings: Sequence[CopyFinding],
+    readings: Mapping[tuple[str, str], float] | None = None,
+    per_peer: int = PAIRS_PER_PEER,
 ) -> list[CopyPairRecord]:
     """Each peer's `per_peer` strongest flagged pairs (clear order, tier, similarity, overlap
     first). All of them were recorded: a crowd of g groups of jittered copies from stores the polls
@@ -159,9 +161,11 @@ def copy_pair_records(
         shown.update((a, b))
         # overlap already counts only shared positions whose signs agree (scoring/uniqueness.py),
         # so the pair's sign agreement is 1 by construction
+        read = readings or {}
         pairs[(a, b)] = CopyPairRecord(
-            a, b, f.overlap, 1.0, f.offender, similarity=f.similarity, baseline=f.baseline, clear=f.clear
-        )
+            a, b, f.overlap, 1.0, f.offender, similarity=f.similarity, baseline=f.baseline, clear=f.clear,
+            authorship_a=read.get((a, b)), authorship_b=read.get((b, a)),
+        )  # fmt: skip
     return sorted(pairs.values(), key=lambda c: (c.hotkey_a, c.hotkey_b))
 
 
@@ -183,7 +187,7 @@ def window_record(
         evaluations=[evaluation_record(p.hotkey, p.evaluation) for p in peers if p.evaluation is not None],
         ratings=[rating_record(rating) for rating in state.peers.values()],
         penalties=penalty_records(peers, state, cfg),
-        copy_pairs=copy_pair_records(scored.findings),
+        copy_pairs=copy_pair_records(scored.findings, scored.readings),
         selections=selection_records(scored.selection, uids),
         aggregate_digests=list(aggregate_digests),
         clip_reference=dict(scored.reference),

@@ -47,6 +47,27 @@ class NoisyCopy:
 
 
 @dataclass(frozen=True)
+class BoostedCopy:
+    """Another peer's update plus training of its own on its own assigned pages (`boost` of the
+    update's norm), sent at the victim's norm: its own pages gain, so its own page test reads like
+    an author's (scoring/authorship.py)."""
+
+    name: str = "boosted_copy"
+    order: int = 1
+    boost: float = 0.7
+
+    def submit(self, ctx: PeerContext) -> Submission | None:
+        others = decoded_others(ctx)
+        if not others:
+            return None
+        victim, own = others[0], ctx.train()
+        scale = self.boost * total_norm(victim) / max(total_norm(own), 1e-12)
+        mixed = {n: t + scale * own[n] for n, t in victim.items()}
+        k = total_norm(victim) / max(total_norm(mixed), 1e-12)
+        return Submission(ctx.encode({n: t * k for n, t in mixed.items()}, feedback=False), COPY_DELAY_S)
+
+
+@dataclass(frozen=True)
 class Blend:
     """The average of two other peers' updates."""
 
@@ -265,6 +286,7 @@ FRONTRUN_PROVEN = Frontrun(name="frontrun_proven", honest_windows=3)
 FRONTRUN_NEWCOMER = Frontrun(name="frontrun_newcomer", honest_windows=3, victim_joins=3)
 
 ADVERSARIES = (
-    NoisyCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(), SandbagMatched(), Shrunk(),
-    POISON_STRONG, Lapsed(), ConsensusEcho(), ECHO_NOISY, Frontrun(), FRONTRUN_PROVEN,
+    NoisyCopy(), BoostedCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(),
+    SandbagMatched(), Shrunk(), POISON_STRONG, Lapsed(), ConsensusEcho(), ECHO_NOISY, Frontrun(),
+    FRONTRUN_PROVEN,
 )  # fmt: skip

@@ -1,0 +1,85 @@
+"""Each flagged pair's updates read on the other sender's pages: the readings behind authorship
+(scoring/authorship.py), measured after the window's evaluation and before the conviction.
+
+For a pair (x, p) whose payloads differ, p's update is evaluated as if x had sent it (x's assigned
+pages, the window's held-out pages) and its page test t is the reading (x, p); both directions of a
+pair are read. A pair that sent one payload needs none: the reading is each side's own test. The
+readings cost one evaluation each, so a window reads at most `cross_share` × its evaluated peers,
+clear findings (they can convict) first, then the least overlapping pairs (a near-identical pair
+reads about its own tests). An evaluation that fails leaves its reading out: the rules then read
+the sender's own test, as before the readings existed. Replay evaluates them again, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from scoring.authorship import Pair
+from scoring.copy_findings import CopyFinding
+from scoring.page_test import own_t
+from validator.round.evaluation import EvalSetup, HeldOut, evaluate_chosen
+from validator.round.outcomes import PeerWindow
+
+
+def cross_readings(
+    setup: EvalSetup,
+    peers: Sequence[PeerWindow],
+    findings: Sequence[CopyFinding],
+    held: HeldOut,
+    reference: Mapping[str, float],
+) -> dict[Pair, float]:
+    """The readings (x, p) of the window's flagged pairs (module docstring)."""
+    evaluated = {p.hotkey: p for p in peers if p.evaluation is not None and p.update is not None}
+    limit = int(setup.cfg.cross_share * len(evaluated))
+    wanted = [pair for pair in to_read(findings, evaluated) if pair[0] in evaluated][:limit]
+    out: dict[Pair, float] = {}
+    for batch in _rounds(wanted):
+        # p's update sent as x: x's uid draws x's pages, p's bytes (or archive key) the update
+        posed = [_posed(evaluated[x], evaluated[p]) for x, p in batch]
+        results, _, _ = evaluate_chosen(setup, posed, held, reference)
+        by_uid = {r.uid: r for r in results}
+        for x, p in batch:
+            result = by_uid.get(evaluated[x].uid)
+            if result is not None and (t := own_t(result.pages)) is not None:
+                out[(x, p)] = t
+    return out
+
+
+def to_read(findings: Sequence[CopyFinding], evaluated: Mapping[str, PeerWindow]) -> list[Pair]:
+    """Both directions of every finding whose senders were evaluated and sent different payloads,
+    in the order they are read."""
+    order = sorted(findings, key=lambda f: (not f.clear, f.overlap, f.offender, f.other))
+    out: list[Pair] = []
+    for f in order:
+        a, b = evaluated.get(f.offender), evaluated.get(f.other)
+        if a is None or b is None or a.update is None or b.update is None or _one_payload(a, b):
+            continue
+        for pair in ((f.offender, f.other), (f.other, f.offender)):
+            if pair not in out:
+                out.append(pair)
+    return out
+
+
+def _one_payload(a: PeerWindow, b: PeerWindow) -> bool:
+    assert a.update is not None and b.update is not None
+    same_bytes = a.update.digest == b.update.digest
+    same_values = a.update.decoded is not None and a.update.decoded == b.update.decoded
+    return same_bytes or same_values
+
+
+def _posed(x: PeerWindow, p: PeerWindow) -> PeerWindow:
+    return replace(x, update=p.update, content_digest=p.content_digest)
+
+
+def _rounds(pairs: Sequence[Pair]) -> list[list[Pair]]:
+    """`pairs` split into evaluation calls in which each reader (x) appears once: a call's results
+    are matched to its jobs by uid."""
+    rounds: list[list[Pair]] = []
+    for pair in pairs:
+        free = next((r for r in rounds if all(q[0] != pair[0] for q in r)), None)
+        if free is None:
+            rounds.append([pair])
+        else:
+            free.append(pair)
+    return rounds
