@@ -32,7 +32,7 @@ def cross_readings(
     """The readings (x, p) of the window's flagged pairs (module docstring)."""
     evaluated = {p.hotkey: p for p in peers if p.evaluation is not None and p.update is not None}
     limit = int(setup.cfg.cross_share * len(evaluated))
-    wanted = [pair for pair in to_read(findings, evaluated) if pair[0] in evaluated][:limit]
+    wanted = to_read(findings, evaluated)[:limit]
     out: dict[Pair, float] = {}
     for batch in _rounds(wanted):
         # p's update sent as x: x's uid draws x's pages, p's bytes (or archive key) the update
