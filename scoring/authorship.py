@@ -21,7 +21,8 @@ exactly as they did before the readings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from itertools import combinations
 
 Pair = tuple[str, str]
 # (x, p): the page test t on x's assigned pages of the update p sent (measured for flagged pairs
@@ -42,12 +43,11 @@ def claim_gap(x: str, p: str, page_t: Mapping[str, float], readings: Readings) -
     return min(theirs - mine, held_by_x - held_by_p)
 
 
-def weakest_claim(
-    x: str, partners: list[str], page_t: Mapping[str, float], readings: Readings
-) -> float | None:
-    """x's own page test, or lower where a partner's update reads lower on x's pages (None: x not
-    evaluated)."""
-    own = page_t.get(x)
-    if own is None:
-        return None
-    return min([own, *(readings[(x, p)] for p in partners if (x, p) in readings)])
+def orders_agree(group: Collection[str], page_t: Mapping[str, float], readings: Readings) -> bool:
+    """Do the own page tests order every read pair of `group` as the readings do? Where they do not,
+    neither may decide which of the two is kept (`claim_gap`'s rule for a ranking)."""
+    for x, p in combinations(sorted(group), 2):
+        read = (x, p) in readings and (p, x) in readings and x in page_t and p in page_t
+        if read and (page_t[x] - page_t[p]) * (readings[(x, p)] - readings[(p, x)]) < 0.0:
+            return False
+    return True

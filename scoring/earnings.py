@@ -41,8 +41,8 @@ def ranked_by_uid(state: RatingState, window: int, paid_windows: int) -> list[tu
     formed) or because its BMA is under the design's threshold (a run of −1 indicators; the
     selection aggregates proven peers whatever their BMA, and such a peer was paid nothing for an
     update the model used) it still scores: under half the lowest positive final, higher ordinals
-    higher, equal ones alike, as long as it has missed no window since (a miss scales a positive
-    final down, to 0 by the third; this pay kept its value through any number of misses). A final
+    higher, equal ones alike, while its latest window is no miss and it is active (a miss scales a
+    positive final down, to 0 by the third in a row; this pay kept its value through any number). A final
     score set to 0 by a gate or a penalty (`PeerRating.gated`: unproven, an invalid submission, a
     ban, a window out of the match: validator/round/rating.py `outside_match`) stays 0, whatever its
     ordinal (the ordinal alone once let a gated peer at an ordinal ≤ 0 be paid and one above 0

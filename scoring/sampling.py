@@ -17,10 +17,11 @@ draw is in tiers:
    page-test z at least `promising_z`), the strongest first (an honest newcomer after its first
    evaluation, a trial that fell short, a proof lost); then those never evaluated, first come
    first served (the longest rated first: an identity registered after a newcomer cannot delay
-   it); then those still short of `trial_evaluations`, the strongest first; then the rest,
-   staleness-weighted. An identity that sends no training of its own takes one evaluation in its
-   turn and then waits behind everyone whose pages gain: the budget it holds is bounded by what it
-   pays to register, not by how long it stays;
+   it); then those still short of `trial_evaluations`, the strongest first; then the rest (and
+   those never evaluated whose last submission was invalid), staleness-weighted. An identity that
+   sends no training of its own takes one evaluation in its turn and then waits behind everyone
+   whose pages gain: the budget it holds is bounded by what it pays to register, not by how long
+   it stays (a rating reset by a copy penalty starts its turn again: open);
 3. **banned peers** (scoring/ranking.py): from what is left. They are neither aggregated nor matched.
 
 Every draw is a pure function of (seed, window) and the ratings before the window: replay reproduces it.
@@ -63,6 +64,9 @@ class History:
     evaluations: Mapping[str, int] = field(default_factory=dict)
     seen: Mapping[str, int] = field(default_factory=dict)  # windows rated: the trial queue's order
     evidence: Mapping[str, float] = field(default_factory=dict)  # the proof's page-test z (absent: none)
+    # never evaluated, but their last submission was invalid (a non-finite loss, a failed evaluation):
+    # they wait with the rest, or an identity sending such updates held the head of the queue
+    failed: Collection[str] = frozenset()
 
 
 def sample_for_evaluation(
@@ -123,11 +127,14 @@ def _unproven_queue(
             return 1, -history.seen.get(h, 0), ties[h]
         return 2, -z(h), ties[h]
 
-    tried = [
-        h for h in members if place(h)[0] == 2 and history.evaluations.get(h, 0) >= cfg.trial_evaluations
-    ]
-    queued = sorted((h for h in members if h not in set(tried)), key=place)
-    return queued + _weighted_order(tried, history, window, rng, cfg)
+    count = history.evaluations.get
+    tried = {
+        h
+        for h in members
+        if h in history.failed or (place(h)[0] == 2 and count(h, 0) >= cfg.trial_evaluations)
+    }
+    queued = sorted((h for h in members if h not in tried), key=place)
+    return queued + _weighted_order(sorted(tried), history, window, rng, cfg)
 
 
 def _weighted_order(

@@ -19,7 +19,10 @@ the rating does (`owners`): each side of an unclear pair was evaluated on its ow
 published first, gains on the pages its author was assigned, not on its sender's. A sender whose
 page test reads `OWNERSHIP_MARGIN` under a partner's is left out whether or not the other is
 aggregated (a proven frontrunner was aggregated, and paid, for a newcomer's work while the
-newcomer proved its own training), and out of the rating match (scoring/selection.py).
+newcomer proved its own training), and out of the rating match (scoring/selection.py). Where the
+two sent different payloads each update is also read on the other's pages, and the own tests and
+those readings must agree, to leave a sender out or to rank one above the other
+(scoring/authorship.py).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from scoring.authorship import Readings, claim_gap, weakest_claim
+from scoring.authorship import Readings, claim_gap, orders_agree
 
 Pair = tuple[str, str]
 NO_READINGS: Readings = {}
@@ -70,11 +73,8 @@ def judge_twins(
     """`present`: the window's candidates; `kept`: those the selection would aggregate otherwise;
     `final`: a kept peer's final score."""
 
-    def rank(k: str, group: Collection[str] = ()) -> tuple[bool, float, float, float, str]:  # best first
-        """By pages when `group` is given: k's own page test, or lower where another sender's update
-        reads lower on k's pages (scoring/authorship.py)."""
-        claim = weakest_claim(k, [j for j in group if j != k], twins.page_t, twins.readings) if group else 0.0
-        seen, pages = twins.seen.get(k, math.inf), -math.inf if claim is None else claim
+    def rank(k: str, by_pages: bool = False) -> tuple[bool, float, float, float, str]:  # best first
+        seen, pages = twins.seen.get(k, math.inf), twins.page_t.get(k, -math.inf) if by_pages else 0.0
         return math.isinf(seen), -pages, -final(k), seen, k
 
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
@@ -97,8 +97,10 @@ def judge_twins(
             grouped |= group
         elif any(a in group and b in group for a, b in linked):
             lesser |= set(sorted(group, key=rank)[1:])
-        else:  # copies only: the sender whose own pages gained most first (module docstring)
-            lesser |= set(sorted(group, key=lambda k: rank(k, group))[1:])
+        else:  # copies only: the sender whose own pages gained most first (module docstring), unless
+            # the readings of each update on the other's pages disagree (scoring/authorship.py)
+            by_pages = orders_agree(group, twins.page_t, twins.readings)
+            lesser |= set(sorted(group, key=lambda k: rank(k, by_pages))[1:])
     return Verdict(frozenset(grouped), frozenset(lesser), frozenset(disowned & set(kept)))
 
 
@@ -126,10 +128,7 @@ def owners(
 
 
 def paired_t(
-    pairs: Sequence[Pair],
-    page_t: Mapping[str, float],
-    unproven: Collection[str],
-    readings: Readings = NO_READINGS,
+    pairs: Sequence[Pair], page_t: Mapping[str, float], unproven: Collection[str]
 ) -> dict[str, float]:
     """The page test each sender's proof of training reads this window (scoring/proof.py): its own
     t, except for a sender that has not proven its training and is tied by a copy finding to
@@ -138,25 +137,23 @@ def paired_t(
     to prove training it never did (a blend of two proven peers' updates proved and was aggregated
     in the mixed run once copies were evaluated); such a sender reads (t − reference) / √2, the
     reference being those partners' best less what the best of that many reads by chance, floored
-    at 0 (a partner whose pages the update harms must not lift it). Where the pair's updates were
-    read on each other's pages (scoring/authorship.py), the same with the partners' updates on its
-    pages for t and its update on theirs for the reference, and the lower of the two: a copier that
-    adds training on its own pages raises its own t, not its victim's update's reading there. An
-    author beside a proven frontrunner proves, more slowly (2.3 / √2 a window for a full honest
-    peer); a copier's evidence falls. Unproven partners do not count: two peers in their warm-up
-    tied by a blend each read their proof against it, and one was aggregated from window 7 instead
-    of 4 (`blend` under seed 1, coverage 0.75)."""
+    at 0 (a partner whose pages the update harms must not lift it). An author beside a proven
+    frontrunner proves, more slowly (2.3 / √2 a window for a full honest peer); a copier's evidence
+    falls. Unproven partners do not count: two peers in their warm-up tied by a blend each read
+    their proof against it, and one was aggregated from window 7 instead of 4 (`blend` under seed 1,
+    coverage 0.75).
+
+    The readings of each update on the other's pages (scoring/authorship.py) are not used here:
+    taking the lower of the two readings kept a full honest peer falsely paired with another
+    unproven a window longer in `weak_half` (seed 1), whose window then aggregated only its weak
+    peers, and the run ended 48 % above it (2.1765 → 3.2250). A copier that adds training on its
+    own pages still proves on its own raised test (open)."""
     out = dict(page_t)
     for key, others in partners(pairs).items():
-        proven = [j for j in others if j in page_t and j not in unproven]
-        if key not in unproven or key not in page_t or not proven:
-            continue
-        lead = crowd_lead(len(proven))
-        own = page_t[key] - max(0.0, max(page_t[j] for j in proven) - lead)
-        mine = [readings.get((key, j), page_t[key]) for j in proven]
-        theirs = [readings.get((j, key), page_t[j]) for j in proven]
-        read = min(mine) - max(0.0, max(theirs) - lead)
-        out[key] = min(own, read) / math.sqrt(2.0)
+        read = [page_t[j] for j in others if j in page_t and j not in unproven]
+        if key in unproven and key in page_t and read:
+            reference = max(0.0, max(read) - crowd_lead(len(read)))
+            out[key] = (page_t[key] - reference) / math.sqrt(2.0)
     return out
 
 

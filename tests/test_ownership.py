@@ -181,13 +181,13 @@ def test_a_copier_that_trains_on_its_own_pages_is_read_on_its_victims() -> None:
     pair = [("victim", "copier")]
     assert owners(pair, own) == {"victim"}  # own tests alone: the attack
     assert owners(pair, own, readings) == set()
-    # the copier's proof reads its claim against the proven victim, not its own raised test
+    # open: the copier's paired proof still reads its own raised test (scoring/twins.py `paired_t`)
     assert paired_t(pair, own, unproven={"copier"})["copier"] > 2.0
-    assert paired_t(pair, own, {"copier"}, readings)["copier"] == pytest.approx((0.1 - 2.0) / math.sqrt(2))
-    # of the two, the one kept is the sender whose pages the other's update holds (by own tests
-    # alone the victim was disowned)
+    # of the two, when both would be aggregated: by own tests alone the victim was disowned; where
+    # the readings disagree with the own tests, pages decide nothing and the upload order does
+    seen = {"victim": 100.0, "copier": 120.0}
     for read, disowned, lesser in (({}, {"victim"}, set()), (readings, set(), {"copier"})):
-        twins = Twins(copies=tuple(pair), page_t=own, readings=read)
+        twins = Twins(copies=tuple(pair), seen=seen, page_t=own, readings=read)
         verdict = judge_twins({"victim", "copier"}, {"victim", "copier"}, lambda k: 1.0, twins)
         assert (verdict.disowned, verdict.lesser) == (disowned, lesser)
     # a proven frontrunner publishing a newcomer's update plus its own training first
@@ -213,6 +213,12 @@ def test_a_copy_that_dilutes_its_victim_cannot_disown_it_by_its_readings_alone()
     readings = {("author", "blend"): -0.17, ("blend", "author"): 1.22}
     assert owners([("author", "blend")], own, readings) == set()
     assert owners([("author", "blend")], own) == {"blend"}  # own tests alone leave the blend out
+    # nor by the ranking of the two, were both to be aggregated (a review: the weaker of the two
+    # readings put the blend first): they disagree, so the upload order decides
+    twins = Twins(
+        copies=(("author", "blend"),), seen={"author": 100.0, "blend": 120.0}, page_t=own, readings=readings
+    )
+    assert judge_twins({"author", "blend"}, {"author", "blend"}, lambda k: 1.0, twins).lesser == {"blend"}
 
 
 def test_a_flagged_pairs_updates_are_read_on_each_others_pages_and_recorded(tmp_path: Path) -> None:

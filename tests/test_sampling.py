@@ -108,3 +108,12 @@ def test_rejects_bad_input() -> None:
         SamplingConfig(bins=0)
     with pytest.raises(ValueError):
         SamplingConfig(unproven_share=1.5)
+
+
+def test_an_identity_whose_updates_never_evaluate_waits_with_the_rest() -> None:
+    """A review: a peer whose every submission ends without a score (a non-finite loss) stays
+    'never evaluated' while its windows rated grow, and held the head of the first-come queue in
+    every window. Its last submission was invalid: it waits with the rest."""
+    history = History(proven=frozenset(HONEST), seen={"nan": 50, "new": 2}, failed=frozenset({"nan"}))
+    picked = sample_for_evaluation([*HONEST, "nan", "new", *SYBILS[:20]], 6, history, 0, 5)
+    assert "new" in picked and "nan" not in picked

@@ -4,10 +4,11 @@
 For a pair (x, p) whose payloads differ, p's update is evaluated as if x had sent it (x's assigned
 pages, the window's held-out pages) and its page test t is the reading (x, p); both directions of a
 pair are read. A pair that sent one payload needs none: the reading is each side's own test. The
-readings cost one evaluation each, so a window reads at most `cross_share` × its evaluated peers,
-clear findings (they can convict) first, then the least overlapping pairs (a near-identical pair
-reads about its own tests). An evaluation that fails leaves its reading out: the rules then read
-the sender's own test, as before the readings existed. Replay evaluates them again, bit for bit.
+readings cost one evaluation each, so a window reads at most `cross_share` × its evaluated peers
+(`to_read` says which pairs first), and the live round keeps that much of its budget for them
+(validator/round/pipeline.py). An evaluation that fails leaves its reading out: the rules then read
+the sender's own test, as before the readings existed. Replay evaluates them again in its process: a
+reading a worker lost in the live round is read there, and replay shows any decision that changes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from scoring.authorship import Pair
 from scoring.copy_findings import CopyFinding
 from scoring.page_test import own_t
 from validator.round.evaluation import EvalSetup, HeldOut, evaluate_chosen
-from validator.round.outcomes import PeerWindow
+from validator.round.outcomes import PeerWindow, page_tests
 
 
 def cross_readings(
@@ -31,8 +32,12 @@ def cross_readings(
 ) -> dict[Pair, float]:
     """The readings (x, p) of the window's flagged pairs (module docstring)."""
     evaluated = {p.hotkey: p for p in peers if p.evaluation is not None and p.update is not None}
-    limit = int(setup.cfg.cross_share * len(evaluated))
-    wanted = to_read(findings, evaluated)[:limit]
+    pairs = to_read(findings, evaluated, page_tests(list(evaluated.values())))
+    wanted = [
+        d
+        for a, b in pairs[: readings_limit(setup.cfg.cross_share, len(evaluated)) // 2]
+        for d in ((a, b), (b, a))
+    ]
     out: dict[Pair, float] = {}
     for batch in _rounds(wanted):
         # p's update sent as x: x's uid draws x's pages, p's bytes (or archive key) the update
@@ -46,18 +51,31 @@ def cross_readings(
     return out
 
 
-def to_read(findings: Sequence[CopyFinding], evaluated: Mapping[str, PeerWindow]) -> list[Pair]:
-    """Both directions of every finding whose senders were evaluated and sent different payloads,
-    in the order they are read."""
-    order = sorted(findings, key=lambda f: (not f.clear, f.overlap, f.offender, f.other))
+def readings_limit(share: float, evaluated: int) -> int:
+    """How many readings a window with `evaluated` peers takes at most (two a pair)."""
+    return int(share * evaluated)
+
+
+def to_read(
+    findings: Sequence[CopyFinding], evaluated: Mapping[str, PeerWindow], page_t: Mapping[str, float]
+) -> list[Pair]:
+    """The findings whose senders were evaluated and sent different payloads, each pair once, in the
+    order they are read: clear findings (they can convict) first, then by how far the senders' own
+    page tests differ, the widest first. A reading can only veto a rule the own tests would apply
+    (scoring/authorship.py), so the pairs where those would apply come first: a crowd of cheap
+    identities flagged among themselves cannot push a copier's pair out of the window's readings."""
+
+    def spread(f: CopyFinding) -> float:
+        return abs(page_t.get(f.offender, 0.0) - page_t.get(f.other, 0.0))
+
+    order = sorted(findings, key=lambda f: (not f.clear, -spread(f), f.offender, f.other))
     out: list[Pair] = []
     for f in order:
         a, b = evaluated.get(f.offender), evaluated.get(f.other)
         if a is None or b is None or a.update is None or b.update is None or _one_payload(a, b):
             continue
-        for pair in ((f.offender, f.other), (f.other, f.offender)):
-            if pair not in out:
-                out.append(pair)
+        if (f.offender, f.other) not in out and (f.other, f.offender) not in out:
+            out.append((f.offender, f.other))
     return out
 
 

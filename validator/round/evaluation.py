@@ -148,6 +148,7 @@ def _history(sample: Sample, window: int) -> History:
         evidence={
             h: z for h, r in ratings.items() if (z := stouffer(r.proof_sum, r.proof_weight)) is not None
         },
+        failed=frozenset(h for h, r in ratings.items() if r.evaluations == 0 and r.gated),
     )
 
 

@@ -24,7 +24,7 @@ from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck, offences, unconvicted
 from validator.round.checking import Judge, Standing, check_window, convict_copies, reject_echoes
 from validator.round.config import RoundConfig
-from validator.round.cross import cross_readings
+from validator.round.cross import cross_readings, readings_limit
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
     NOT_EVALUATED,
@@ -92,7 +92,7 @@ def score_window(
     with stages("evaluate"):
         held, evaluated, workers = stages.salvage(
             "evaluate",
-            lambda: _evaluate(ctx, checked, reference, inputs),
+            lambda: _evaluate(ctx, checked, reference, inputs, len(copies.findings)),
             lambda: (NOT_EVALUATED, checked, []),
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
@@ -158,13 +158,21 @@ def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck,
 
 
 def _evaluate(
-    ctx: WindowContext, peers: list[PeerWindow], reference: dict[str, float], inputs: WindowInputs
+    ctx: WindowContext,
+    peers: list[PeerWindow],
+    reference: dict[str, float],
+    inputs: WindowInputs,
+    flagged: int,
 ) -> tuple[HeldOut, list[PeerWindow], list[WorkerStats]]:
     setup = _setup(ctx, inputs)
     held = heldout(setup)
-    sample = Sample(
-        inputs.ratings, proven_peers(inputs.ratings, ctx.cfg.ranking.rating), inputs.budget, inputs.only
-    )
+    proven = proven_peers(inputs.ratings, ctx.cfg.ranking.rating)
+
+    def budget() -> int:  # what the readings of the flagged pairs may take is kept for them
+        whole = inputs.budget()
+        return max(1, whole - min(readings_limit(ctx.cfg.eval.cross_share, whole), 2 * flagged))
+
+    sample = Sample(inputs.ratings, proven, budget, inputs.only)
     evaluated, workers = evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
     return held, evaluated, workers
 

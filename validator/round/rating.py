@@ -138,7 +138,7 @@ def proof_tests(
     finding to evaluated peers reads its own against theirs (scoring/twins.py `paired_t`)."""
     tests = page_tests(peers)
     unproven = {h for h in tests if h not in state.peers or not proven(state.peers[h], cfg.rating)}
-    return paired_t([(f.other, f.offender) for f in copies.findings], tests, unproven, copies.readings)
+    return paired_t([(f.other, f.offender) for f in copies.findings], tests, unproven)
 
 
 def _with_links(rated: RatingState, copies: CopyCheck, cfg: RankingConfig) -> RatingState:

@@ -151,7 +151,7 @@ def copy_pair_records(
     def strength(f: CopyFinding) -> tuple[bool, bool, int, float, float, str, str]:
         return id(f) not in decisive, not f.clear, -f.tier, -f.similarity, -f.overlap, f.offender, f.other
 
-    strongest = sorted(findings, key=strength)
+    strongest, read = sorted(findings, key=strength), readings or {}
     pairs: dict[tuple[str, str], CopyPairRecord] = {}
     shown: Counter[str] = Counter()
     for f in strongest:
@@ -161,7 +161,6 @@ def copy_pair_records(
         shown.update((a, b))
         # overlap already counts only shared positions whose signs agree (scoring/uniqueness.py),
         # so the pair's sign agreement is 1 by construction
-        read = readings or {}
         pairs[(a, b)] = CopyPairRecord(
             a, b, f.overlap, 1.0, f.offender, similarity=f.similarity, baseline=f.baseline, clear=f.clear,
             authorship_a=read.get((a, b)), authorship_b=read.get((b, a)),
