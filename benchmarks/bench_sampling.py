@@ -27,11 +27,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from scoring.page_test import stouffer
 from scoring.proof import proven, with_evidence
 from scoring.ranking import PeerOutcome, PeerRating, Status
 from scoring.rating_config import RatingConfig
-from scoring.sampling import History, SamplingConfig, sample_for_evaluation
+from scoring.sampling import History, SamplingConfig, history_of, sample_for_evaluation
 
 RATING = RatingConfig()
 SAMPLING = SamplingConfig()
@@ -44,7 +43,6 @@ class Peer:
     kind: str  # honest, newcomer, noise
     rating: PeerRating
     ordinal: float = 0.0
-    last: int | None = None
 
 
 def outcome(kind: str, hotkey: str, rng: np.random.Generator) -> PeerOutcome:
@@ -76,19 +74,12 @@ class Run:
     peers: dict[str, Peer] = field(default_factory=dict)
 
     def history(self, window: int) -> History:
-        ps = self.peers
-        standing = {h for h, p in ps.items() if proven(p.rating, RATING)} if self.tiers else set(ps)
-        return History(
-            ratings={h: p.ordinal for h, p in ps.items()},
-            last_evaluated={h: p.last for h, p in ps.items() if p.last is not None},
-            proven=frozenset(standing),
-            evaluations={h: p.rating.evaluations for h, p in ps.items()},
-            seen={h: p.rating.windows_seen for h, p in ps.items()},
-            evidence={
-                h: z
-                for h, p in ps.items()
-                if (z := stouffer(p.rating.proof_sum, p.rating.proof_weight)) is not None
-            },
+        """What the validator's draw reads (scoring/sampling.py `history_of`), with the model's fixed
+        ordinals; DESIGN's single draw is every peer in the first tier."""
+        ratings = {h: p.rating for h, p in self.peers.items()}
+        standing = {h for h, r in ratings.items() if proven(r, RATING)} if self.tiers else set(ratings)
+        return replace(
+            history_of(ratings, standing, window), ratings={h: p.ordinal for h, p in self.peers.items()}
         )
 
     def play(self, windows: int) -> tuple[float, int | None]:
@@ -122,7 +113,7 @@ class Run:
                 p.rating = replace(p.rating, windows_seen=p.rating.windows_seen + 1)
             for h in chosen:
                 p = self.peers[h]
-                p.rating, p.last = with_evidence(p.rating, outcome(p.kind, h, rng), RATING), w
+                p.rating = replace(with_evidence(p.rating, outcome(p.kind, h, rng), RATING), last_evaluated=w)
                 if p.kind == "newcomer" and proven(p.rating, RATING):
                     p.ordinal = 2.0
                     proof_after = w - NEWCOMER_AT + 1 if proof_after is None else proof_after
@@ -149,6 +140,10 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=150)
     parser.add_argument("--quick", action="store_true", help="two cells, 3 seeds, 60 windows")
     args = parser.parse_args()
+    if args.seeds < 1 or args.windows <= NEWCOMER_AT:
+        parser.error(
+            f"need --seeds >= 1 and --windows > {NEWCOMER_AT}: the newcomer registers in that window"
+        )
     crowds, budgets = ((40,), (8, 16)) if args.quick else ((8, 40, 200), (8, 16, 32))
     seeds, windows = (3, 60) if args.quick else (args.seeds, args.windows)
     out: dict[str, object] = {"seeds": seeds, "windows": windows, "newcomer_at": NEWCOMER_AT, "cells": []}

@@ -28,6 +28,7 @@ Pair = tuple[str, str]
 # (x, p): the page test t on x's assigned pages of the update p sent (measured for flagged pairs
 # whose payloads differ; absent otherwise)
 Readings = Mapping[Pair, float]
+NO_READINGS: Readings = {}
 
 
 def claim_gap(x: str, p: str, page_t: Mapping[str, float], readings: Readings) -> float | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from scoring.authorship import Readings, claim_gap
+from scoring.authorship import NO_READINGS, Readings, claim_gap
 from scoring.copy_config import CopyTier, UniquenessConfig
 from scoring.same_update import same_update_groups
 from scoring.similarity import exact_overlap
@@ -93,7 +93,6 @@ def unclear(finding: CopyFinding) -> CopyFinding:
 # peer in about 57 % of the windows it copies (at 1.0: 2.7 %, 12 % and 78 %). A penalty is a reset
 # or a 20-window ban, so it asks for more than leaving a sender out of one window's aggregate does.
 CONVICTION_MARGIN = 2.0
-NO_READINGS: Readings = {}
 
 
 def convict(

@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scoring.page_test import stouffer
+from scoring.ranking import PeerRating
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingConfig:
@@ -67,6 +70,23 @@ class History:
     # never evaluated, but their last submission was invalid (a non-finite loss, a failed evaluation):
     # they wait with the rest, or an identity sending such updates held the head of the queue
     failed: Collection[str] = frozenset()
+
+
+def history_of(ratings: Mapping[str, PeerRating], proven: Collection[str], window: int) -> History:
+    """What the draw reads of each rated peer before `window`; `proven`: those whose proof holds
+    (scoring/proof.py `proven`, which needs the rating's config)."""
+    return History(
+        ratings={h: r.ordinal for h, r in ratings.items()},
+        last_evaluated={h: r.last_evaluated for h, r in ratings.items() if r.last_evaluated is not None},
+        proven=frozenset(proven),
+        banned=frozenset(h for h, r in ratings.items() if r.banned(window)),
+        evaluations={h: r.evaluations for h, r in ratings.items()},
+        seen={h: r.windows_seen for h, r in ratings.items()},
+        evidence={
+            h: z for h, r in ratings.items() if (z := stouffer(r.proof_sum, r.proof_weight)) is not None
+        },
+        failed=frozenset(h for h, r in ratings.items() if r.evaluations == 0 and r.gated),
+    )
 
 
 def sample_for_evaluation(

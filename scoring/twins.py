@@ -32,10 +32,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-from scoring.authorship import Readings, claim_gap, orders_agree
+from scoring.authorship import NO_READINGS, Readings, claim_gap, orders_agree
 
 Pair = tuple[str, str]
-NO_READINGS: Readings = {}
 # How far (in page-test t) a sender's own pages must read under another sender's for the update not
 # to be its. Pages an update never saw read t ~ N(0, 1); its author's pages read 2.3 ± 1.4 a window
 # for a full honest peer and 0.84 ± 1.19 for a ⅒-steps one (docs/fidelity-log.md, seventeenth

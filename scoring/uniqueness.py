@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from scoring.authorship import Readings
 from scoring.copy_config import CopyTier as CopyTier  # re-exported: this module's types
 from scoring.copy_config import UniquenessConfig as UniquenessConfig
 from scoring.copy_findings import CopyFinding as CopyFinding  # re-exported: this module's types
@@ -71,7 +72,7 @@ class CopyCheck:
     # each peer's upload as the validator saw it (math.inf: never seen, its time is its store's own)
     seen: Mapping[str, float] = field(default_factory=dict)
     # after the evaluation: flagged pairs' updates read on each other's pages (scoring/authorship.py)
-    readings: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    readings: Readings = field(default_factory=dict)
 
 
 def find_copies(

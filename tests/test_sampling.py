@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scoring.sampling import History, SamplingConfig, sample_for_evaluation
+from scoring.ranking import PeerRating
+from scoring.sampling import History, SamplingConfig, history_of, sample_for_evaluation
 
 PEERS = [f"hk{i:02d}" for i in range(30)]
 RATINGS = {h: float(i) for i, h in enumerate(PEERS)}
@@ -117,3 +118,15 @@ def test_an_identity_whose_updates_never_evaluate_waits_with_the_rest() -> None:
     history = History(proven=frozenset(HONEST), seen={"nan": 50, "new": 2}, failed=frozenset({"nan"}))
     picked = sample_for_evaluation([*HONEST, "nan", "new", *SYBILS[:20]], 6, history, 0, 5)
     assert "new" in picked and "nan" not in picked
+
+
+def test_the_draw_reads_standing_from_the_ratings() -> None:
+    """`history_of` (what the live round and bench_sampling both read): banned by the window, the
+    proof's page-test z, and an identity never evaluated whose last submission was invalid."""
+    ok = PeerRating("ok", 1, 25.0, 8.0, evaluations=3, proof_sum=6.0, proof_weight=4.0, last_evaluated=7)
+    banned = PeerRating("banned", 2, 25.0, 8.0, ban_until=10)
+    bad = PeerRating("bad", 3, 25.0, 8.0, gated=True, windows_seen=9)
+    history = history_of({"ok": ok, "banned": banned, "bad": bad}, {"ok"}, 9)
+    assert history.banned == {"banned"} and history_of({"banned": banned}, (), 10).banned == frozenset()
+    assert history.evidence == {"ok": 3.0} and history.failed == {"bad"} and history.seen["bad"] == 9
+    assert history.last_evaluated == {"ok": 7} and history.proven == {"ok"}

@@ -20,19 +20,21 @@ from scoring.authorship import Pair
 from scoring.copy_findings import CopyFinding
 from scoring.page_test import own_t
 from validator.round.evaluation import EvalSetup, HeldOut, evaluate_chosen
-from validator.round.outcomes import PeerWindow, page_tests
+from validator.round.outcomes import PeerWindow
 
 
 def cross_readings(
     setup: EvalSetup,
     peers: Sequence[PeerWindow],
     findings: Sequence[CopyFinding],
+    page_t: Mapping[str, float],
     held: HeldOut,
     reference: Mapping[str, float],
 ) -> dict[Pair, float]:
-    """The readings (x, p) of the window's flagged pairs (module docstring)."""
+    """The readings (x, p) of the window's flagged pairs (module docstring); `page_t`: the window's
+    page tests (validator/round/outcomes.py `page_tests`)."""
     evaluated = {p.hotkey: p for p in peers if p.evaluation is not None and p.update is not None}
-    pairs = to_read(findings, evaluated, page_tests(list(evaluated.values())))
+    pairs = to_read(findings, evaluated, page_t)
     wanted = [
         d
         for a, b in pairs[: readings_limit(setup.cfg.cross_share, len(evaluated)) // 2]

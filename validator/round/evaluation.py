@@ -24,9 +24,8 @@ from scoring.loss_score import (
     paged_loss,
 )
 from scoring.model import LlamaModel
-from scoring.page_test import stouffer
 from scoring.ranking import RatingState
-from scoring.sampling import History, sample_for_evaluation
+from scoring.sampling import history_of, sample_for_evaluation
 from scoring.types import Reason
 from validator.round.outcomes import PeerWindow, judging_failed
 from validator.round.window import WindowSeed
@@ -117,7 +116,7 @@ def evaluate_window(
     valid = {p.hotkey: p for p in peers if p.valid}
     if sample.only is None:
         budget, window, seed = sample.budget(), setup.window, setup.seed.number
-        history = _history(sample, window)
+        history = history_of(sample.ratings.peers, sample.proven, window)
         chosen = sample_for_evaluation(sorted(valid), budget, history, window, seed, setup.cfg.sampling)
     else:
         chosen = sorted(h for h in sample.only if h in valid)
@@ -133,23 +132,6 @@ def evaluate_window(
         else:
             out.append(p)
     return out, workers
-
-
-def _history(sample: Sample, window: int) -> History:
-    """What the draw reads of each rated peer (scoring/sampling.py)."""
-    ratings = sample.ratings.peers
-    return History(
-        ratings={hotkey: rating.ordinal for hotkey, rating in ratings.items()},
-        last_evaluated={h: r.last_evaluated for h, r in ratings.items() if r.last_evaluated is not None},
-        proven=frozenset(sample.proven),
-        banned=frozenset(h for h, r in ratings.items() if r.banned(window)),
-        evaluations={hotkey: rating.evaluations for hotkey, rating in ratings.items()},
-        seen={hotkey: rating.windows_seen for hotkey, rating in ratings.items()},
-        evidence={
-            h: z for h, r in ratings.items() if (z := stouffer(r.proof_sum, r.proof_weight)) is not None
-        },
-        failed=frozenset(h for h, r in ratings.items() if r.evaluations == 0 and r.gated),
-    )
 
 
 def _finite_or_rejected(p: PeerWindow) -> PeerWindow:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from scoring.authorship import Readings
 from scoring.loss_score import PeerEval
 from scoring.page_test import own_t
 from scoring.ranking import RatingState, Status
@@ -98,7 +99,7 @@ class Scored:
     residuals: Mapping[str, bytes] = field(default_factory=dict)  # float16 sketches for later windows
     sketch_seed: int = 0  # the hash seed they were sketched with
     # flagged pairs' updates read on each other's pages (scoring/authorship.py): recorded per pair
-    readings: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    readings: Readings = field(default_factory=dict)
 
 
 def page_tests(peers: Sequence[PeerWindow]) -> dict[str, float]:

@@ -97,13 +97,13 @@ def score_window(
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
         evaluated = recordable(evaluated, ctx.window)
-        setup, findings = _setup(ctx, inputs), copies.findings
+        setup, findings, tests = _setup(ctx, inputs), copies.findings, page_tests(evaluated)
         readings: dict[Pair, float] = stages.salvage(
-            "cross", lambda: cross_readings(setup, evaluated, findings, held, reference), dict
+            "cross", lambda: cross_readings(setup, evaluated, findings, tests, held, reference), dict
         )
         evaluated, copies = stages.salvage(
             "convict",
-            lambda: convict_copies(evaluated, copies, page_tests(evaluated), readings),
+            lambda: convict_copies(evaluated, copies, tests, readings),
             lambda: (evaluated, unconvicted(copies)),
         )
     with stages("rate"):

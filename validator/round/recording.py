@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
+from scoring.authorship import NO_READINGS, Readings
 from scoring.clipping import inflation
 from scoring.loss_score import PeerEval
 from scoring.penalties import miss_multiplier
@@ -138,7 +139,7 @@ PAIRS_PER_PEER = 3  # flagged pairs recorded per peer: its strongest, which deci
 
 def copy_pair_records(
     findings: Sequence[CopyFinding],
-    readings: Mapping[tuple[str, str], float] | None = None,
+    readings: Readings = NO_READINGS,
     per_peer: int = PAIRS_PER_PEER,
 ) -> list[CopyPairRecord]:
     """Each peer's `per_peer` strongest flagged pairs (clear order, tier, similarity, overlap
@@ -151,7 +152,7 @@ def copy_pair_records(
     def strength(f: CopyFinding) -> tuple[bool, bool, int, float, float, str, str]:
         return id(f) not in decisive, not f.clear, -f.tier, -f.similarity, -f.overlap, f.offender, f.other
 
-    strongest, read = sorted(findings, key=strength), readings or {}
+    strongest = sorted(findings, key=strength)
     pairs: dict[tuple[str, str], CopyPairRecord] = {}
     shown: Counter[str] = Counter()
     for f in strongest:
@@ -163,7 +164,7 @@ def copy_pair_records(
         # so the pair's sign agreement is 1 by construction
         pairs[(a, b)] = CopyPairRecord(
             a, b, f.overlap, 1.0, f.offender, similarity=f.similarity, baseline=f.baseline, clear=f.clear,
-            authorship_a=read.get((a, b)), authorship_b=read.get((b, a)),
+            authorship_a=readings.get((a, b)), authorship_b=readings.get((b, a)),
         )  # fmt: skip
     return sorted(pairs.values(), key=lambda c: (c.hotkey_a, c.hotkey_b))
 
