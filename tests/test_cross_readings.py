@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from scoring.copy_config import CopyTier
 from scoring.copy_findings import CopyFinding
+from tests.e2e_fixtures import clear_gauntlet_env
 from tests.test_selection import sized
+from validator.demo.runner import DemoConfig, DemoRunner
+from validator.demo.sim.plugins import parse_peers
+from validator.round import cross
 from validator.round.cross import readings_limit, to_read
+from validator.round.evaluation import EvalSetup, HeldOut
 from validator.round.outcomes import PeerWindow
+from validator.round.replay import ReplayRow, replay_window
+from validator.wiring import load_model, round_config
 
 
 def _peer(hotkey: str, uid: int, digest: str) -> PeerWindow:
@@ -38,3 +51,57 @@ def test_pairs_are_read_whole_the_ones_the_own_tests_would_act_on_first() -> Non
     clear = [*findings, _finding("s1", "victim", clear=True)]
     assert to_read(clear, evaluated, page_t)[0] == ("s1", "victim")  # a clear finding can convict
     assert readings_limit(0.5, 7) // 2 == 1  # 3 readings: one whole pair
+
+
+def test_replay_reads_what_the_window_read_and_compares_every_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readings were recorded but replay neither compared them nor knew which the live round
+    had: a reading a worker lost live (its result never came back) was read in replay, where it
+    could change the decisions the live round had left to the own tests. Replay now reads exactly
+    the stored readings and compares each with its re-reading (`readings`, by the reader)."""
+    clear_gauntlet_env()
+    runner = DemoRunner(
+        DemoConfig(parse_peers("honest:3,copycat:1"), windows=1, workdir=tmp_path, corpus_tokens=600_000)
+    )
+    names = runner.network.behaviour_of()
+    copycat = next(h for h, b in names.items() if b == "copycat")
+    runner.publish(1)
+    db_path = tmp_path / "gauntlet.db"
+    uids = {p.hotkey: p.uid for p in runner.network.peers}
+    real = cross.evaluate_chosen
+    lost: list[str] = []  # the reader whose reading the worker loses: the copycat's partner
+
+    def lossy(setup: EvalSetup, posed: Sequence[PeerWindow], held: HeldOut, reference: Any) -> Any:
+        results, failed, stats = real(setup, posed, held, reference)
+        victim = next(p.hotkey for p in posed if p.hotkey != copycat)
+        lost.append(victim)
+        return [r for r in results if r.uid != uids[victim]], failed, stats
+
+    monkeypatch.setattr(cross, "evaluate_chosen", lossy)
+    runner.validate(1)
+    monkeypatch.undo()
+    [victim] = set(lost)
+    pair = "SELECT hotkey_a, authorship_a, authorship_b FROM copy_pairs WHERE ? IN (hotkey_a, hotkey_b)"
+    with sqlite3.connect(db_path) as db:
+        [(a, read_a, read_b)] = db.execute(pair, (copycat,)).fetchall()
+    read = {a: read_a, (victim if a == copycat else copycat): read_b}
+    assert read[victim] is None and read[copycat] is not None  # lost live, stored as not read
+
+    def replay() -> dict[str, ReplayRow]:
+        rows = replay_window(
+            1, ledger=runner.round.ledger, model=load_model(runner.settings, runner.dataset),
+            dataset=runner.dataset, cfg=round_config(runner.settings, runner.dataset),
+        )  # fmt: skip
+        return {r.hotkey: r for r in rows}
+
+    rows = replay()
+    assert not {h: r.differences(0.0) for h, r in rows.items() if r.differences(0.0)}
+    assert rows[copycat].recomputed["readings"] == {victim: read[copycat]}  # bit-exact, compared
+    assert rows[victim].recomputed["readings"] == {}  # the lost one was not read again
+    column = "authorship_a" if a == copycat else "authorship_b"
+    with sqlite3.connect(db_path) as db:  # a stored reading that no longer matches its inputs
+        db.execute(
+            f"UPDATE copy_pairs SET {column} = {column} + 0.5 WHERE ? IN (hotkey_a, hotkey_b)", (copycat,)
+        )
+    assert replay()[copycat].differences(0.0) == ["readings"]

@@ -6,15 +6,19 @@ pages, the window's held-out pages) and its page test t is the reading (x, p); b
 pair are read. A pair that sent one payload needs none: the reading is each side's own test. The
 readings cost one evaluation each, so a window reads at most `cross_share` × its evaluated peers
 (`to_read` says which pairs first), and the live round keeps that much of its budget for them
-(validator/round/pipeline.py). An evaluation that fails leaves its reading out: the rules then read
-the sender's own test, as before the readings existed. Replay evaluates them again in its process: a
-reading a worker lost in the live round is read there, and replay shows any decision that changes.
+(validator/round/pipeline.py). An evaluation that fails leaves its reading out (logged): the rules
+then read the sender's own test, as before the readings existed. Replay reads exactly the readings
+the window stored (`wanted_readings`' `recorded`), as it evaluates exactly the peers the window
+evaluated: a reading a worker lost in the live round stays lost, the decisions it left to the own
+tests are re-derived as they were made, and every stored reading is compared with its re-reading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+
+import structlog
 
 from scoring.authorship import Pair
 from scoring.copy_findings import CopyFinding
@@ -22,24 +26,34 @@ from scoring.page_test import own_t
 from validator.round.evaluation import EvalSetup, HeldOut, evaluate_chosen
 from validator.round.outcomes import PeerWindow
 
+log = structlog.get_logger(__name__)
+
+
+def wanted_readings(
+    peers: Sequence[PeerWindow],
+    findings: Sequence[CopyFinding],
+    page_t: Mapping[str, float],
+    share: float,
+    recorded: Collection[Pair] | None = None,
+) -> list[Pair]:
+    """The readings (x, p) the window takes, both directions of each pair `to_read` puts within
+    `readings_limit`; `page_t`: the window's page tests (validator/round/outcomes.py `page_tests`).
+    Given `recorded` (replay: the readings the window stored), only those of them."""
+    evaluated = _evaluated(peers)
+    pairs = to_read(findings, evaluated, page_t)[: readings_limit(share, len(evaluated)) // 2]
+    wanted = [d for a, b in pairs for d in ((a, b), (b, a))]
+    return wanted if recorded is None else [d for d in wanted if d in recorded]
+
 
 def cross_readings(
     setup: EvalSetup,
     peers: Sequence[PeerWindow],
-    findings: Sequence[CopyFinding],
-    page_t: Mapping[str, float],
+    wanted: Sequence[Pair],
     held: HeldOut,
     reference: Mapping[str, float],
 ) -> dict[Pair, float]:
-    """The readings (x, p) of the window's flagged pairs (module docstring); `page_t`: the window's
-    page tests (validator/round/outcomes.py `page_tests`)."""
-    evaluated = {p.hotkey: p for p in peers if p.evaluation is not None and p.update is not None}
-    pairs = to_read(findings, evaluated, page_t)
-    wanted = [
-        d
-        for a, b in pairs[: readings_limit(setup.cfg.cross_share, len(evaluated)) // 2]
-        for d in ((a, b), (b, a))
-    ]
+    """The readings `wanted` (module docstring): p's update evaluated on x's pages, its page test t."""
+    evaluated = _evaluated(peers)
     out: dict[Pair, float] = {}
     for batch in _rounds(wanted):
         # p's update sent as x: x's uid draws x's pages, p's bytes (or archive key) the update
@@ -50,7 +64,13 @@ def cross_readings(
             result = by_uid.get(evaluated[x].uid)
             if result is not None and (t := own_t(result.pages)) is not None:
                 out[(x, p)] = t
+            else:  # stored as not read: replay leaves it out as the live round did
+                log.warning("cross_reading_lost", window=setup.window, reader=x, sender=p)
     return out
+
+
+def _evaluated(peers: Sequence[PeerWindow]) -> dict[str, PeerWindow]:
+    return {p.hotkey: p for p in peers if p.evaluation is not None and p.update is not None}
 
 
 def readings_limit(share: float, evaluated: int) -> int:

@@ -24,7 +24,7 @@ from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck, offences, unconvicted
 from validator.round.checking import Judge, Standing, check_window, convict_copies, reject_echoes
 from validator.round.config import RoundConfig
-from validator.round.cross import cross_readings, readings_limit
+from validator.round.cross import cross_readings, readings_limit, wanted_readings
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
     NOT_EVALUATED,
@@ -74,6 +74,7 @@ class WindowInputs:
     evaluator: Evaluator
     budget: Callable[[], int]  # how many peers the evaluation may take, asked when it starts
     only: Collection[str] | None = None  # evaluate exactly these (replay: the recorded peers)
+    read: Collection[Pair] | None = None  # of the flagged pairs' readings, only these (replay: the stored)
     remote: RemoteEvaluation | None = None  # evaluate on workers instead of `evaluator`
     earlier: EarlierRows = no_earlier  # earlier windows' aggregated updates (the recycled-work check)
     sketches: SketchLoader = no_sketches  # the peers' residuals of earlier windows (validator/round/drift.py)
@@ -97,9 +98,13 @@ def score_window(
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
         evaluated = recordable(evaluated, ctx.window)
-        setup, findings, tests = _setup(ctx, inputs), copies.findings, page_tests(evaluated)
+        setup, tests = _setup(ctx, inputs), page_tests(evaluated)
         readings: dict[Pair, float] = stages.salvage(
-            "cross", lambda: cross_readings(setup, evaluated, findings, tests, held, reference), dict
+            "cross",
+            lambda: cross_readings(
+                setup, evaluated, _wanted(ctx, evaluated, copies, tests, inputs), held, reference
+            ),
+            dict,
         )
         evaluated, copies = stages.salvage(
             "convict",
@@ -145,6 +150,12 @@ def _drift(
     cfg = ctx.cfg.ranking.persistence
     outside = alarmed_peers(inputs.ratings, cfg) | set(suspects)
     return measure_drift(peers, cfg, ctx.sketch_seed, inputs.sketches, outside)
+
+
+def _wanted(
+    ctx: WindowContext, peers: list[PeerWindow], copies: CopyCheck, t: dict[str, float], inputs: WindowInputs
+) -> list[Pair]:
+    return wanted_readings(peers, copies.findings, t, ctx.cfg.eval.cross_share, inputs.read)
 
 
 def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:

@@ -1,8 +1,9 @@
 """`gauntlet replay WINDOW`: recompute a committed window from stored inputs and compare.
 
 Inputs: the base model rebuilt from the nearest checkpoint plus archived aggregates, the archived
-submission bytes, the recorded fetch outcomes and held-out seed, the set of evaluated peers, and the
-rating state committed for the window before. Everything after fetching is recomputed by the live
+submission bytes, the recorded fetch outcomes and held-out seed, the set of evaluated peers, the set
+of flagged pairs' readings taken (validator/round/cross.py), and the rating state committed for the
+window before. Everything after fetching is recomputed by the live
 round's own `score_window`: checks, uniqueness, LossScore, the rating update and the selection.
 """
 
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scoring.authorship import Pair
 from scoring.data import Dataset
 from scoring.loss_score import evaluate_peers
 from scoring.model import LlamaModel, param_spec
 from scoring.ranking import RatingState, Status
-from scoring.selection import Selection
 from scoring.threads import pinned_threads
 from scoring.types import Reason
 from storage.records import EvaluationRecord, RatingRecord, SubmissionRecord, WindowRecord
@@ -39,6 +40,7 @@ from validator.telemetry.metrics import Metrics
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
     "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated",
+    "readings",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
@@ -88,12 +90,32 @@ class ReplayRow:
             a, b = self.stored.get(f), self.recomputed.get(f)
             if _unmeasured(a) and _unmeasured(b):  # a NaN stored on PostgreSQL before d4f33fe is None now
                 continue
-            if isinstance(a, float) and isinstance(b, float):
-                if abs(a - b) > tolerance * max(1.0, abs(a)):
-                    out.append(f)
-            elif a != b:
+            if not _close(a, b, tolerance):
                 out.append(f)
         return out
+
+
+def _close(a: object, b: object, tolerance: float) -> bool:
+    """Equal, floats within `tolerance` (relative above 1), mappings of them key by key."""
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tolerance * max(1.0, abs(a))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], tolerance) for k in a)
+    return a == b
+
+
+def stored_readings(record: WindowRecord) -> dict[Pair, float]:
+    """The window's readings (x, p) as stored with its copy pairs (none: not taken, or lost)."""
+    out: dict[Pair, float] = {}
+    for c in record.copy_pairs:
+        a, b = c.hotkey_a, c.hotkey_b
+        out |= {pair: t for pair, t in (((a, b), c.authorship_a), ((b, a), c.authorship_b)) if t is not None}
+    return out
+
+
+def _by_reader(readings: Mapping[Pair, float], hotkey: str) -> dict[str, float]:
+    """Each update read on `hotkey`'s pages, by its sender."""
+    return {p: t for (x, p), t in readings.items() if x == hotkey}
 
 
 def _peer(sub: SubmissionRecord, ledger: Ledger, spool: Path) -> PeerWindow:
@@ -183,8 +205,10 @@ def _stored_rows(record: WindowRecord) -> dict[str, dict[str, Any]]:
         )
         for s in record.submissions
     }
+    readings = stored_readings(record)
     for s in record.submissions:
         rows[s.hotkey]["inflation"] = s.inflation
+        rows[s.hotkey]["readings"] = _by_reader(readings, s.hotkey)
     return rows
 
 
@@ -193,10 +217,9 @@ def _weights(rank: Mapping[str, int], weights: Sequence[float]) -> dict[str, flo
     return {h: weights[r] for h, r in rank.items() if r < len(weights)}
 
 
-def _recomputed_rows(
-    peers: list[PeerWindow], state: RatingState, selection: Selection[str], reference: Mapping[str, float]
-) -> dict[str, dict[str, Any]]:
+def _recomputed_rows(scored: Scored) -> dict[str, dict[str, Any]]:
     """The same columns, through the same record mapping the live round commits with."""
+    peers, state, selection, reference = scored.peers, scored.ratings, scored.selection, scored.reference
     gather = {h: i for i, h in enumerate(selection.gather)}
     weights = _weights(gather, selection.weights)
     rows: dict[str, dict[str, Any]] = {}
@@ -207,6 +230,7 @@ def _recomputed_rows(
             p.status, p.reason, evaluation, rating, p.hotkey in gather, weights.get(p.hotkey)
         )
         rows[p.hotkey]["inflation"] = submission_record(p, "", reference).inflation
+        rows[p.hotkey]["readings"] = _by_reader(scored.readings, p.hotkey)
     return rows
 
 
@@ -236,7 +260,7 @@ def _replay(
     with tempfile.TemporaryDirectory(prefix="gauntlet-replay-window-", dir=ledger.scratch) as spool:
         scored = _rescore(record, ledger, model, dataset, ctx, Path(spool))
         # while the files are there: an update read from its file reads them for its norms
-        again = _recomputed_rows(scored.peers, scored.ratings, scored.selection, scored.reference)
+        again = _recomputed_rows(scored)
     stored = _stored_rows(record)
     for field in unrecorded(record, stored):
         for row in again.values():
@@ -264,6 +288,7 @@ def _rescore(
         # evaluated peers, and those whose evaluation was rejected as non-finite (it stored none)
         only={e.hotkey for e in record.evaluations}
         | {s.hotkey for s in record.submissions if s.reason == Reason.NON_FINITE_LOSS},
+        read=stored_readings(record).keys(),  # a reading the live round lost stays lost
         earlier=earlier_loader(ledger, ctx.window, ctx.spec, ctx.cfg.check),
         sketches=sketch_loader(ledger, ctx.window, ctx.sketch_seed, ctx.cfg.ranking.persistence),
     )
