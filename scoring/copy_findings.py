@@ -5,13 +5,14 @@ judges the rest): equal payloads, and the same kept positions with jittered valu
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
-from scoring.authorship import NO_READINGS, Readings, claim_gap
+from scoring.authorship import NO_READINGS, Readings, claim_gap, crowd_lead
 from scoring.copy_config import CopyTier, UniquenessConfig
 from scoring.same_update import same_update_groups
 from scoring.similarity import exact_overlap
@@ -104,14 +105,23 @@ def convict(
     """`findings` after the window's evaluation: a clear finding stays clear (its offender is
     penalised) only when both sides were evaluated and the suspect's claim to the update reads at
     least `margin` under the first uploader's (scoring/authorship.py `claim_gap`: for one payload,
-    their own page tests; else those and the readings of each update on the other's pages, both);
-    any other becomes unclear, and the selection aggregates at most one of the two
-    (scoring/twins.py). A suspect not evaluated is not penalised: unproven, it is not aggregated
-    either."""
+    their own page tests; else those and the readings of each update on the other's pages, both),
+    plus what the best of that many first uploaders reads by chance alone (`crowd_lead`, over the
+    suspect's clear findings with both sides evaluated); any other becomes unclear, and the
+    selection aggregates at most one of the two (scoring/twins.py). A suspect not evaluated is not
+    penalised: unproven, it is not aggregated either.
+
+    The lead: each first uploader's pages read the update at t ~ N(0, 1), and the suspect is
+    penalised when any one of them reads `margin` over its own. Modelled as `CONVICTION_MARGIN`
+    is, a ⅒-steps newcomer whose update nine proven identities publish first (each a little
+    perturbed, so that each is a finding of its own and the readings, of nearly one update, read
+    as the own tests do) was banned in 15 % of those windows, a full one in 3.4 %; with the lead
+    1.6 % and 0.3 %, under one frontrunner's 3.4 % and 0.6 % (`tests/test_ownership.py`)."""
+    gaps = [claim_gap(f.offender, f.other, page_t, readings) if f.clear else None for f in findings]
+    tests = Counter(f.offender for f, gap in zip(findings, gaps, strict=True) if gap is not None)
     out = []
-    for f in findings:
-        gap = claim_gap(f.offender, f.other, page_t, readings)
-        confirmed = gap is not None and gap >= margin
+    for f, gap in zip(findings, gaps, strict=True):
+        confirmed = gap is not None and gap >= margin + crowd_lead(tests[f.offender])
         out.append(f if not f.clear or confirmed else unclear(f))
     return out
 

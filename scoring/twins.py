@@ -30,9 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import NormalDist
 
-from scoring.authorship import NO_READINGS, Readings, claim_gap, orders_agree
+from scoring.authorship import NO_READINGS, Readings, claim_gap, crowd_lead, orders_agree
 
 Pair = tuple[str, str]
 # How far (in page-test t) a sender's own pages must read under another sender's for the update not
@@ -163,20 +162,6 @@ def partners(pairs: Sequence[Pair]) -> dict[str, set[str]]:
         out.setdefault(a, set()).add(b)
         out.setdefault(b, set()).add(a)
     return out
-
-
-def crowd_lead(others: int) -> float:
-    """The expected best of `others` independent N(0, 1) page tests, over that of one (Blom's
-    approximation of the largest normal order statistic; 0 for one, 1.49 for 9, 2.50 for 99).
-
-    Pages an update never saw read t ~ N(0, 1), so the best of a crowd of identities sending copies
-    of one update reads higher the more there are: against the group's best alone, eight copies of
-    a proven peer's update (`copy_crowd`, benchmarks/bench_fidelity.py) left their victim out
-    whenever its own t read under the luckiest copier's by the margin. With the lead, a pair is
-    judged as before and a crowd buys no more than one copier does."""
-    if others <= 1:
-        return 0.0
-    return NormalDist().inv_cdf((others - 0.375) / (others + 0.25))
 
 
 def clusters(pairs: Sequence[Pair]) -> list[set[str]]:
