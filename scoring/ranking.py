@@ -269,8 +269,13 @@ def _apply_copy(peer: PeerRating, tier: CopyTier, window: int, cfg: RatingConfig
         return replace(peer, final=scale_positive(peer.final, cfg.penalties.copy_multiplier))
     if tier is CopyTier.NONE:
         return peer
+    # the record is wiped, not the history: the window it was last evaluated in stays, so the
+    # evaluation draw does not serve it again as an identity never evaluated (scoring/sampling.py)
     reset = replace(
-        fresh_rating(peer.hotkey, peer.uid, cfg), windows_seen=peer.windows_seen, ban_until=peer.ban_until
+        fresh_rating(peer.hotkey, peer.uid, cfg),
+        windows_seen=peer.windows_seen,
+        ban_until=peer.ban_until,
+        last_evaluated=peer.last_evaluated,
     )
     if tier is CopyTier.BAN:
         reset = replace(reset, ban_until=max(peer.ban_until, window + cfg.penalties.ban_windows))

@@ -21,7 +21,9 @@ draw is in tiers:
    those never evaluated whose last submission was invalid), staleness-weighted. An identity that
    sends no training of its own takes one evaluation in its turn and then waits behind everyone
    whose pages gain: the budget it holds is bounded by what it pays to register, not by how long
-   it stays (a rating reset by a copy penalty starts its turn again: open);
+   it stays. A rating a copy penalty wiped waits with the rest too: its turn was taken (before, a
+   penalised copier was "never evaluated" again, first in the queue by the windows it had been
+   rated, and took a reserve slot in every window it copied);
 3. **banned peers** (scoring/ranking.py): from what is left. They are neither aggregated nor matched.
 
 Every draw is a pure function of (seed, window) and the ratings before the window: replay reproduces it.
@@ -67,8 +69,9 @@ class History:
     evaluations: Mapping[str, int] = field(default_factory=dict)
     seen: Mapping[str, int] = field(default_factory=dict)  # windows rated: the trial queue's order
     evidence: Mapping[str, float] = field(default_factory=dict)  # the proof's page-test z (absent: none)
-    # never evaluated, but their last submission was invalid (a non-finite loss, a failed evaluation):
-    # they wait with the rest, or an identity sending such updates held the head of the queue
+    # no evaluation on record, but their last submission was invalid (a non-finite loss, a failed
+    # evaluation) or a copy penalty wiped the record: they wait with the rest, or an identity sending
+    # such updates held the head of the queue
     failed: Collection[str] = frozenset()
 
 
@@ -85,7 +88,9 @@ def history_of(ratings: Mapping[str, PeerRating], proven: Collection[str], windo
         evidence={
             h: z for h, r in ratings.items() if (z := stouffer(r.proof_sum, r.proof_weight)) is not None
         },
-        failed=frozenset(h for h, r in ratings.items() if r.evaluations == 0 and r.gated),
+        failed=frozenset(
+            h for h, r in ratings.items() if r.evaluations == 0 and (r.gated or r.last_evaluated is not None)
+        ),
     )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scoring.ranking import PeerRating
+from scoring.copy_config import CopyTier
+from scoring.ranking import PeerOutcome, PeerRating, RatingState, Status, update_ratings
+from scoring.rating_config import RatingConfig
 from scoring.sampling import History, SamplingConfig, history_of, sample_for_evaluation
 
 PEERS = [f"hk{i:02d}" for i in range(30)]
@@ -130,3 +132,22 @@ def test_the_draw_reads_standing_from_the_ratings() -> None:
     assert history.banned == {"banned"} and history_of({"banned": banned}, (), 10).banned == frozenset()
     assert history.evidence == {"ok": 3.0} and history.failed == {"bad"} and history.seen["bad"] == 9
     assert history.last_evaluated == {"ok": 7} and history.proven == {"ok"}
+
+
+def test_a_copier_whose_record_a_penalty_wiped_waits_with_the_rest() -> None:
+    """A copy penalty resets the rating (evaluations 0) and kept `windows_seen`: the copier was an
+    identity "never evaluated" again, served first by how long it had been rated, and took a
+    reserve slot in every window it copied, ahead of a newcomer registered after it. The reset now
+    keeps the window it was last evaluated in, and the draw puts it with the rest."""
+    cfg = RatingConfig()
+    copier = PeerRating("copier", 7, cfg.mu, cfg.sigma, evaluations=2, windows_seen=30, last_evaluated=29)
+    state = RatingState({"copier": copier}, 29)
+    caught = PeerOutcome("copier", 7, Status.OK, score=0.01, indicator=1, copy_tier=CopyTier.RESET)
+    after = update_ratings(state, 30, [caught], cfg).peers["copier"]
+    assert after.evaluations == 0 and after.last_evaluated == 30 and after.windows_seen == 31
+    newcomer = PeerRating("newcomer", 8, cfg.mu, cfg.sigma, windows_seen=3)
+    history = history_of({"copier": after, "newcomer": newcomer, **{h: newcomer for h in HONEST}}, HONEST, 31)
+    assert history.failed == {"copier"}
+    # one reserve slot beside the proven peers: the newcomer's, in every window
+    for w in range(31, 41):
+        assert "newcomer" in sample_for_evaluation([*HONEST, "newcomer", "copier"], 5, history, w, 0)
