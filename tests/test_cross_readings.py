@@ -12,12 +12,13 @@ import pytest
 
 from scoring.copy_config import CopyTier
 from scoring.copy_findings import CopyFinding
+from scoring.sampling import History, sample_for_evaluation
 from tests.e2e_fixtures import clear_gauntlet_env
 from tests.test_selection import sized
 from validator.demo.runner import DemoConfig, DemoRunner
 from validator.demo.sim.plugins import parse_peers
 from validator.round import cross
-from validator.round.cross import readings_limit, to_read
+from validator.round.cross import ReadingPlan, kept_for_readings, readings_limit, to_read, wanted_readings
 from validator.round.evaluation import EvalSetup, HeldOut
 from validator.round.outcomes import PeerWindow
 from validator.round.replay import ReplayRow, replay_window
@@ -105,3 +106,31 @@ def test_replay_reads_what_the_window_read_and_compares_every_reading(
             f"UPDATE copy_pairs SET {column} = {column} + 0.5 WHERE ? IN (hotkey_a, hotkey_b)", (copycat,)
         )
     assert replay()[copycat].differences(0.0) == ["readings"]
+
+
+def test_a_crowd_flagged_among_itself_takes_no_budget_from_proven_work() -> None:
+    """The live round kept two evaluations of its budget for each flagged pair's readings, up to
+    half of it: four cheap identities sending two pairs of near-copies (unproven, never aggregated)
+    took 4 of a budget of 8, and the evaluation's proven tier then had room for three of the four
+    honest peers. Only a pair with a proven sender claims budget now; the others are read from
+    what the evaluation leaves, after the pairs that can matter."""
+    honest = ["h0", "h1", "h2", "h3"]
+    junk = [_finding("j1", "j0"), _finding("j3", "j2")]
+    assert kept_for_readings(8, 0.5, junk, honest) == 0
+    history = History(proven=frozenset(honest), seen={j: 5 for j in ("j0", "j1", "j2", "j3")})
+    everyone = [*honest, "j0", "j1", "j2", "j3"]
+    assert set(honest) <= set(sample_for_evaluation(everyone, 8 - 0, history, 1, 0))
+    assert len(set(honest) & set(sample_for_evaluation(everyone, 8 - 4, history, 1, 0))) == 3  # before
+    copier = _finding("copier", "h0", clear=True)
+    assert kept_for_readings(8, 0.5, [*junk, copier], honest) == 2
+    assert kept_for_readings(8, 0.5, [*junk, copier, _finding("h1", "h2"), _finding("x", "h3")], honest) == 4
+    # read in that order too: a proven sender's pair before a wider spread of two noise tests
+    evaluated = {h: _peer(h, u, f"d{u}") for u, h in enumerate(["h1", "h2", "j0", "j1"])}
+    page_t = {"h1": 2.0, "h2": 1.5, "j0": -1.4, "j1": 1.6}
+    findings = [_finding("j1", "j0"), _finding("h2", "h1")]
+    assert to_read(findings, evaluated, page_t) == [("j1", "j0"), ("h2", "h1")]
+    assert to_read(findings, evaluated, page_t, honest) == [("h2", "h1"), ("j1", "j0")]
+    # and no more than the time left affords: one pair at a cap of 2
+    plan = ReadingPlan(0.5, frozenset(honest), cap=2)
+    assert wanted_readings(list(evaluated.values()), findings, page_t, plan) == [("h2", "h1"), ("h1", "h2")]
+    assert len(wanted_readings(list(evaluated.values()), findings, page_t, ReadingPlan(1.0))) == 4

@@ -5,18 +5,20 @@ For a pair (x, p) whose payloads differ, p's update is evaluated as if x had sen
 pages, the window's held-out pages) and its page test t is the reading (x, p); both directions of a
 pair are read. A pair that sent one payload needs none: the reading is each side's own test. The
 readings cost one evaluation each, so a window reads at most `cross_share` × its evaluated peers
-(`to_read` says which pairs first), and the live round keeps that much of its budget for them
-(validator/round/pipeline.py). An evaluation that fails leaves its reading out (logged): the rules
-then read the sender's own test, as before the readings existed. Replay reads exactly the readings
-the window stored (`wanted_readings`' `recorded`), as it evaluates exactly the peers the window
-evaluated: a reading a worker lost in the live round stays lost, the decisions it left to the own
-tests are re-derived as they were made, and every stored reading is compared with its re-reading.
+and no more than the time left affords (`ReadingPlan`; `to_read` says which pairs first). The live
+round keeps part of its evaluation budget for them (`kept_for_readings`), two a flagged pair with a
+proven sender only: a pair of two unproven senders is read from what the evaluation leaves. An
+evaluation that fails leaves its reading out (logged): the rules then read the sender's own test,
+as before the readings existed. Replay reads exactly the readings the window stored (the plan's
+`recorded`), as it evaluates exactly the peers the window evaluated: a reading a worker lost in
+the live round stays lost, the decisions it left to the own tests are re-derived as they were
+made, and every stored reading is compared with its re-reading.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -29,20 +31,43 @@ from validator.round.outcomes import PeerWindow
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class ReadingPlan:
+    """How many of the window's readings it takes, and which."""
+
+    share: float  # at most this × the evaluated peers (EvalConfig.cross_share)
+    proven: Collection[str] = frozenset()  # proven before the window: pairs with one are read first
+    cap: int | None = None  # the evaluations the time left affords (None: no cap)
+    recorded: Collection[Pair] | None = None  # replay: exactly the readings the window stored
+
+
 def wanted_readings(
     peers: Sequence[PeerWindow],
     findings: Sequence[CopyFinding],
     page_t: Mapping[str, float],
-    share: float,
-    recorded: Collection[Pair] | None = None,
+    plan: ReadingPlan,
 ) -> list[Pair]:
-    """The readings (x, p) the window takes, both directions of each pair `to_read` puts within
-    `readings_limit`; `page_t`: the window's page tests (validator/round/outcomes.py `page_tests`).
+    """The readings (x, p) the window takes, both directions of each pair `to_read` puts within the
+    plan's limit; `page_t`: the window's page tests (validator/round/outcomes.py `page_tests`).
     Given `recorded` (replay: the readings the window stored), only those of them."""
     evaluated = _evaluated(peers)
-    pairs = to_read(findings, evaluated, page_t)[: readings_limit(share, len(evaluated)) // 2]
+    limit = readings_limit(plan.share, len(evaluated))
+    limit = limit if plan.cap is None else min(limit, plan.cap)
+    pairs = to_read(findings, evaluated, page_t, plan.proven)[: limit // 2]
     wanted = [d for a, b in pairs for d in ((a, b), (b, a))]
-    return wanted if recorded is None else [d for d in wanted if d in recorded]
+    return wanted if plan.recorded is None else [d for d in wanted if d in plan.recorded]
+
+
+def kept_for_readings(
+    whole: int, share: float, findings: Sequence[CopyFinding], proven: Collection[str]
+) -> int:
+    """What an evaluation budget of `whole` keeps for the window's readings: two a flagged pair with a
+    proven sender, within `readings_limit`. A pair of two unproven senders is no claim on it: the
+    rules the readings can veto act on peers that may be aggregated, and a crowd of cheap identities
+    flagged among themselves (two pairs at a budget of 8) took half the budget from the evaluation,
+    whose proven tier then had room for three of four honest peers."""
+    pairs = {frozenset((f.offender, f.other)) for f in findings if f.offender in proven or f.other in proven}
+    return min(readings_limit(share, whole), 2 * len(pairs))
 
 
 def cross_readings(
@@ -79,18 +104,25 @@ def readings_limit(share: float, evaluated: int) -> int:
 
 
 def to_read(
-    findings: Sequence[CopyFinding], evaluated: Mapping[str, PeerWindow], page_t: Mapping[str, float]
+    findings: Sequence[CopyFinding],
+    evaluated: Mapping[str, PeerWindow],
+    page_t: Mapping[str, float],
+    proven: Collection[str] = frozenset(),
 ) -> list[Pair]:
     """The findings whose senders were evaluated and sent different payloads, each pair once, in the
-    order they are read: clear findings (they can convict) first, then by how far the senders' own
-    page tests differ, the widest first. A reading can only veto a rule the own tests would apply
-    (scoring/authorship.py), so the pairs where those would apply come first: a crowd of cheap
-    identities flagged among themselves cannot push a copier's pair out of the window's readings."""
+    order they are read: clear findings (they can convict) first, then pairs with a `proven` sender,
+    then by how far the senders' own page tests differ, the widest first. A reading can only veto a
+    rule the own tests would apply (scoring/authorship.py), so the pairs where those would apply
+    come first: a crowd of cheap identities flagged among themselves cannot push a copier's pair
+    out of the window's readings, nor, by a wide spread of two noise tests, a proven peer's."""
 
     def spread(f: CopyFinding) -> float:
         return abs(page_t.get(f.offender, 0.0) - page_t.get(f.other, 0.0))
 
-    order = sorted(findings, key=lambda f: (not f.clear, -spread(f), f.offender, f.other))
+    def unproven(f: CopyFinding) -> bool:
+        return f.offender not in proven and f.other not in proven
+
+    order = sorted(findings, key=lambda f: (not f.clear, unproven(f), -spread(f), f.offender, f.other))
     out: list[Pair] = []
     for f in order:
         a, b = evaluated.get(f.offender), evaluated.get(f.other)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scoring.authorship import Pair
+from scoring.copy_findings import CopyFinding
 from scoring.data import Dataset
 from scoring.earnings import with_aggregated
 from scoring.model import LlamaModel
@@ -24,7 +25,7 @@ from scoring.types import ParamSpec, Reason
 from scoring.uniqueness import CopyCheck, offences, unconvicted
 from validator.round.checking import Judge, Standing, check_window, convict_copies, reject_echoes
 from validator.round.config import RoundConfig
-from validator.round.cross import cross_readings, readings_limit, wanted_readings
+from validator.round.cross import ReadingPlan, cross_readings, kept_for_readings, wanted_readings
 from validator.round.drift import Drift, SketchLoader, alarmed_peers, measure_drift, no_sketches, with_drift
 from validator.round.evaluation import (
     NOT_EVALUATED,
@@ -93,7 +94,7 @@ def score_window(
     with stages("evaluate"):
         held, evaluated, workers = stages.salvage(
             "evaluate",
-            lambda: _evaluate(ctx, checked, reference, inputs, len(copies.findings)),
+            lambda: _evaluate(ctx, checked, reference, inputs, copies.findings),
             lambda: (NOT_EVALUATED, checked, []),
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
@@ -155,7 +156,10 @@ def _drift(
 def _wanted(
     ctx: WindowContext, peers: list[PeerWindow], copies: CopyCheck, t: dict[str, float], inputs: WindowInputs
 ) -> list[Pair]:
-    return wanted_readings(peers, copies.findings, t, ctx.cfg.eval.cross_share, inputs.read)
+    # asked after the evaluation: what the time left affords (the budget kept for the readings)
+    proven = proven_peers(inputs.ratings, ctx.cfg.ranking.rating)
+    plan = ReadingPlan(ctx.cfg.eval.cross_share, proven, inputs.budget(), inputs.read)
+    return wanted_readings(peers, copies.findings, t, plan)
 
 
 def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
@@ -173,7 +177,7 @@ def _evaluate(
     peers: list[PeerWindow],
     reference: dict[str, float],
     inputs: WindowInputs,
-    flagged: int,
+    findings: Sequence[CopyFinding],
 ) -> tuple[HeldOut, list[PeerWindow], list[WorkerStats]]:
     setup = _setup(ctx, inputs)
     held = heldout(setup)
@@ -181,7 +185,7 @@ def _evaluate(
 
     def budget() -> int:  # what the readings of the flagged pairs may take is kept for them
         whole = inputs.budget()
-        return max(1, whole - min(readings_limit(ctx.cfg.eval.cross_share, whole), 2 * flagged))
+        return max(1, whole - kept_for_readings(whole, ctx.cfg.eval.cross_share, findings, proven))
 
     sample = Sample(inputs.ratings, proven, budget, inputs.only)
     evaluated, workers = evaluate_window(setup, peers, held=held, reference=reference, sample=sample)
