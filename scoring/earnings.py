@@ -11,20 +11,60 @@ and the mixed run's adversaries 76 %, while of them only poison was ever aggrega
 last `paid_windows`: those since the last successful set, validator/round/weighing.py) aggregated
 its update; the rating keeps that window (`PeerRating.last_aggregated`), so a restart, a replica and
 replay agree.
+
+And it pays for each window it covers that aggregated the update, not once for any of them
+(`worked`): a weight set every three windows paid a peer aggregated in one of them as much as one
+aggregated in all three, so an entity's nine identities each training one window in three took
+0.67 of the weights beside four honest peers, three identities training every window 0.48, for
+the same work (a red-team run through `rate_and_select` and `weights_for`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from scoring.ranking import PeerRating, RatingState
 
+# how many windows back `PeerRating.aggregated_mask` remembers: a set paying for more (weights failed
+# for that long) reads the share over the last this many
+MEMORY = 32
+
 
 def with_aggregated(state: RatingState, gathered: Collection[str], window: int) -> RatingState:
     """`state` with `window` recorded as the last aggregated one of every gathered peer."""
-    peers = {h: replace(p, last_aggregated=window) if h in gathered else p for h, p in state.peers.items()}
+    peers = {h: _aggregated(p, window) if h in gathered else p for h, p in state.peers.items()}
     return RatingState(peers, state.window)
+
+
+def _aggregated(peer: PeerRating, window: int) -> PeerRating:
+    last = peer.last_aggregated
+    shift = window - last if last is not None and last <= window else MEMORY
+    mask = ((peer.aggregated_mask << min(shift, MEMORY)) | 1) & ((1 << MEMORY) - 1)
+    return replace(peer, last_aggregated=window, aggregated_mask=mask)
+
+
+def worked(peer: PeerRating, window: int, paid_windows: int) -> float:
+    """The share of the `paid_windows` windows up to `window` (at most `MEMORY`) that aggregated
+    the peer's update. A rating stored before the mask existed reads its last aggregated window."""
+    span = min(paid_windows, MEMORY)
+    last = peer.last_aggregated
+    if span < 1 or last is None or not window - span < last <= window:
+        return 0.0
+    mask = peer.aggregated_mask or 1
+    inside = last - (window - span)  # the windows from the period's first to `last`
+    return bin(mask & ((1 << inside) - 1)).count("1") / span
+
+
+def by_work(weights: Mapping[int, float], shares: Mapping[int, float]) -> dict[int, float]:
+    """`weights` with each peer's scaled by its share (`worked`), the peers' total kept: what one
+    peer's idle windows give up goes to the others. A uid without a share (a burn uid) keeps its own."""
+    scaled = {u: w * shares[u] if u in shares else w for u, w in weights.items()}
+    before = sum(w for u, w in weights.items() if u in shares)
+    after = sum(w for u, w in scaled.items() if u in shares)
+    if after <= 0.0:
+        return dict(weights)
+    return {u: w * before / after if u in shares else w for u, w in scaled.items()}
 
 
 def paid(peer: PeerRating, window: int, paid_windows: int) -> bool:

@@ -102,6 +102,7 @@ class PeerRating:
     drift: float = 0.0  # evidence it keeps a direction of its own across windows (scoring/persistence.py)
     drift_similarity: float | None = None  # this window's long-lag similarity; None: not measured
     last_aggregated: int | None = None  # the last window that aggregated its update (earnings.py)
+    aggregated_mask: int = 0  # bit i: aggregated in window last_aggregated − i (earnings.py `worked`)
     last_matched: int | None = None  # the last window it played the rating match in (`play_match`)
     # its final is 0 by a gate or penalty of its latest evidence (unproven, out of the match, an
     # invalid submission, a ban), not by its ordinal or the BMA: earnings.py pays the one and not the other

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from scoring.earnings import paid, ranked_by_uid, with_aggregated
+import pytest
+
+from scoring.earnings import paid, ranked_by_uid, with_aggregated, worked
 from scoring.ranking import PeerOutcome, PeerRating, RatingConfig, RatingState, Status, update_ratings
-from scoring.weights import PowerWeights, RankWeights
+from scoring.weights import PowerWeights, RankWeights, RankWeightsConfig
+from validator.round.rating import weights_for
 
 
 def _state(*peers: PeerRating) -> RatingState:
@@ -118,3 +121,34 @@ def test_a_peer_gated_in_a_later_window_is_not_paid_whatever_its_ordinal() -> No
     )  # fmt: skip
     assert dict(ranked_by_uid(again, 11, 3))[3] > 0.0
     assert not again.peers["low"].gated and again.peers["low"].final == 0.0
+
+
+def test_a_weight_set_pays_each_peer_for_the_windows_that_aggregated_it() -> None:
+    """A red-team run: with a set every three windows a peer aggregated in one of them was paid as
+    much as one aggregated in all three, so nine identities each training one window in three took
+    0.69 of the weights beside four honest peers (three identities training every window, the
+    same work, would take 0.43). Each peer's weight now follows its share of the windows."""
+    honest = [PeerRating(f"h{i}", i, 25.0, 1.0, final=10.0) for i in range(4)]
+    part = [PeerRating(f"p{i}", 10 + i, 25.0, 1.0, final=10.0) for i in range(9)]
+    state = _state(*honest, *part)
+    for window in (3, 4, 5):  # the honest peers every window, three part-timers a window
+        turn = {p.hotkey for i, p in enumerate(part) if i % 3 == window % 3}
+        state = with_aggregated(state, {p.hotkey for p in honest} | turn, window)
+    weights = weights_for(state, 5, RankWeights(), 3)
+    entity = sum(weights[10 + i] for i in range(9))
+    assert entity == pytest.approx(3 / 7) and sum(weights.values()) == pytest.approx(1.0)
+    assert weights[0] == pytest.approx(3 * weights[10])
+    assert {round(worked(p, 5, 3), 3) for p in state.peers.values()} == {1.0, 0.333}
+    # a set every window (the demo's) pays as before: aggregated or not
+    assert weights_for(state, 5, RankWeights(), 1) == RankWeights().compute(ranked_by_uid(state, 5, 1))
+    # a rating stored before the mask existed reads its last aggregated window alone
+    legacy = PeerRating("old", 99, 25.0, 1.0, final=10.0, last_aggregated=5)
+    assert worked(legacy, 5, 3) == pytest.approx(1 / 3) and worked(legacy, 9, 3) == 0.0
+    # a burn uid that is not a paid peer keeps its share
+    burn = RankWeights(RankWeightsConfig(burn_uid=500, burn_share=0.1))
+    assert weights_for(state, 5, burn, 3)[500] == pytest.approx(0.1)
+    # remembered for MEMORY windows: a set after a long outage reads the last MEMORY of them
+    long = with_aggregated(_state(honest[0]), {"h0"}, 1)
+    for window in range(2, 60):
+        long = with_aggregated(long, {"h0"}, window)
+    assert worked(long.peers["h0"], 59, 100) == 1.0

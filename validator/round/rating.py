@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from scoring.clipping import clipped_mass, inflation
-from scoring.earnings import ranked_by_uid
+from scoring.earnings import by_work, paid, ranked_by_uid, worked
 from scoring.links import LinkConfig, linked_pairs, update_links
 from scoring.loss_score import retention
 from scoring.persistence import PersistenceConfig, drifting
@@ -285,5 +285,11 @@ def _candidates(
 
 def weights_for(state: RatingState, window: int, policy: WeightPolicy, paid_windows: int) -> dict[int, float]:
     """`{uid: weight}` from the final scores after `window`, for peers aggregated in the last
-    `paid_windows` windows (scoring/earnings.py); banned peers get nothing."""
-    return policy.compute(ranked_by_uid(state, window, paid_windows))
+    `paid_windows` windows, by the share of them that aggregated each (scoring/earnings.py); banned
+    peers get nothing."""
+    weights = policy.compute(ranked_by_uid(state, window, paid_windows))
+    # the peers aggregated in the period only (a burn uid keeps its share)
+    shares = {
+        p.uid: worked(p, window, paid_windows) for p in state.peers.values() if paid(p, window, paid_windows)
+    }
+    return by_work(weights, shares)
