@@ -237,6 +237,27 @@ def test_a_majority_of_weak_proven_updates_does_not_shut_out_full_ones() -> None
     assert set(select_aggregation(one).gather) == {f"h{i}" for i in range(5)}
 
 
+def test_a_crowd_of_weak_proven_updates_holding_the_quartile_does_not_shut_out_full_ones() -> None:
+    """A red-team run through `rate_and_select`: eleven proven identities at 0.3 of a full update's
+    norm (0.4 of its gain) beside four honest peers held the upper quartile as well as the clip
+    reference; every full update read 1.67, and all four were left out, out of the match and
+    unpaid. The band is also read over the half of the updates that gains most (where the full
+    ones are until they are under a quarter of it); an inflated update with the best gain cannot
+    widen it past its own norm among few."""
+    full = [cand(f"h{i}", gain=0.01, inflation=1.67) for i in range(4)]
+    for crowd in (11, 16, 24):  # up to 86 % of the updates
+        weak = [cand(f"w{i:02d}", gain=0.004, inflation=1.0) for i in range(crowd)]
+        assert {c.key for c in full} <= set(select_aggregation([*weak, *full]).gather)
+        assert not left_out_for_cause([*weak, *full]) & {c.key for c in full}
+    swamped = [cand(f"w{i:02d}", gain=0.004, inflation=1.0) for i in range(40)]
+    assert not {c.key for c in full} & set(select_aggregation([*swamped, *full]).gather)  # still open
+    honest = [cand(f"h{i}", gain=0.01, inflation=1.0) for i in range(4)]
+    for size in (4.0, 2.0):  # rescaled, the best gain: still out (limit 2.5, then 1.875)
+        sandbag = cand("sandbag", gain=0.015, inflation=size)
+        assert set(select_aggregation([*honest, sandbag]).gather) == {c.key for c in honest}
+        assert "sandbag" in left_out_for_cause([*honest, sandbag])
+
+
 def test_inflation_is_the_median_parameter_ratio() -> None:
     """One parameter far above its reference (rows only this peer's data touched) does not make the
     update inflated; every parameter scaled up does. Parameters without a reference are skipped."""
