@@ -90,9 +90,10 @@ def _strongest(evidence: Mapping[Pair, float], per_peer: int) -> dict[str, dict[
     return {a: dict(sorted(partners.items())) for a, partners in sorted(out.items())}
 
 
-def linked_pairs(links: Mapping[str, Mapping[str, float]], cfg: LinkConfig) -> list[Pair]:
-    """Pairs whose evidence reached the alarm, each once (a < b), sorted."""
-    return sorted({_pair(a, b) for a, others in links.items() for b, v in others.items() if v >= cfg.alarm})
+def linked_pairs(links: Mapping[str, Mapping[str, float]], cfg: LinkConfig, share: float = 1.0) -> list[Pair]:
+    """Pairs whose evidence reached `share` × the alarm, each once (a < b), sorted."""
+    level = share * cfg.alarm
+    return sorted({_pair(a, b) for a, others in links.items() for b, v in others.items() if v >= level})
 
 
 def _pair(a: str, b: str) -> Pair:

@@ -20,7 +20,7 @@ linked across windows (colluders sharing a hidden direction) is left out entirel
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import median
 from typing import Generic, TypeVar
@@ -131,20 +131,17 @@ def left_out_for_cause(
     candidates: Sequence[Candidate],
     cfg: SelectionConfig = SelectionConfig(),
     twins: Twins = NO_TWINS,
-    later: Collection[str] = frozenset(),
 ) -> frozenset[str]:
     """The proven candidates whose gain reaches the window's floor but which `select_aggregation`
-    (over the candidates that are not `later`) leaves out for a cause that its gain does not show:
-    an inflated norm, a low retention, a drifting direction, a group of three or more twins, an
-    update trained on another sender's pages (scoring/twins.py `owners`); and the `later` side of a
-    linked pair. Their gain at β overstates their work
+    leaves out for a cause that its gain does not show: an inflated norm, a low retention, a
+    drifting direction, a ring of three or more twins (scoring/twins.py `core`), an update trained
+    on another sender's pages (scoring/twins.py `owners`). Their gain at β overstates their work
     (validator/round/rating.py keeps them out of the rating match, as it keeps out every peer that
     has not proven its training). The band and the floor are the selection's, drawn over the peers
     it admits: identities that do not count cannot move them."""
-    rest = [c for c in candidates if c.key not in later]
-    limit, admissible, floor = _sifted(rest, cfg)
+    limit, admissible, floor = _sifted(candidates, cfg)
     kept = {c.key: c for c in admissible if c.gain is not None and c.gain >= floor}
-    verdict = judge_twins({c.key for c in rest}, kept, lambda k: kept[k].final, twins)
+    verdict = judge_twins({c.key for c in candidates}, kept, lambda k: kept[k].final, twins)
     out = set()
     for c in candidates:
         if not c.proven or c.gain is None or c.gain <= 0.0 or c.gain < floor:
@@ -153,7 +150,7 @@ def left_out_for_cause(
             continue  # a streak of harmful updates: it plays, and loses (a banned peer plays no match)
         unretained = c.retention is not None and c.retention < cfg.min_retention
         twinned = c.key in verdict.grouped or c.key in verdict.disowned
-        if c.key in later or c.drifting or c.inflation > limit or unretained or twinned:
+        if c.drifting or c.inflation > limit or unretained or twinned:
             out.add(c.key)
     return frozenset(out)
 

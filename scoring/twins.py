@@ -40,6 +40,11 @@ Pair = tuple[str, str]
 # round). Modelled as normal, at 1.0 an author is disowned by its copier in about 3 % (full) and
 # 12 % (⅒ steps) of windows and a full author's copier is caught in 78 %; at 1.5, 1.4 %, 6.5 % and 68 %.
 OWNERSHIP_MARGIN = 1.0
+# A pair whose link evidence reached this share of the alarm closes a ring (`core`) without being a
+# twin itself: colluders' pairs reach the alarm a window or two apart, and in the window only two
+# of three had, the star they formed kept two colluders (`bench_fidelity`'s `collude`, seed 0,
+# window 3). An honest pair of authors a blend ties measures no evidence at all.
+NEAR_TIE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,8 @@ class Twins:
     )  # this window's page test t of each evaluated peer
     # each flagged pair's updates read on the other sender's pages (scoring/authorship.py)
     readings: Readings = field(default_factory=dict)
+    # pairs whose link evidence reached `NEAR_TIE` × the alarm: ties that make a ring (`core`), no more
+    near: Sequence[Pair] = ()
 
 
 NO_TWINS = Twins()
@@ -76,7 +83,7 @@ def judge_twins(
         return math.isinf(seen), -pages, -final(k), seen, k
 
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
-    grouped = {k for group in clusters(linked) if len(group) > 2 for k in group}
+    grouped = core(linked, twins.near)
     copied = [(a, b) for a, b in [*twins.copies, *twins.same] if a in present and b in present]
     disowned = owners(copied, twins.page_t, twins.readings)
     alive = set(kept) - grouped - disowned
@@ -91,15 +98,43 @@ def judge_twins(
     for group in clusters(pairs):
         same = [(a, b) for a, b in same_pairs if a in group and b in group]
         updates = len(clusters(same)) + len(group - {k for pair in same for k in pair})
-        if updates > 2:  # three or more distinct updates tied together: none of them steers the model
-            grouped |= group
-        elif any(a in group and b in group for a, b in linked):
-            lesser |= set(sorted(group, key=rank)[1:])
-        else:  # copies only: the sender whose own pages gained most first (module docstring), unless
-            # the readings of each update on the other's pages disagree (scoring/authorship.py)
-            by_pages = orders_agree(group, twins.page_t, twins.readings)
-            lesser |= set(sorted(group, key=lambda k: rank(k, by_pages))[1:])
+        # the sender whose own pages gained most first (module docstring), unless the readings of
+        # each update on the other's pages disagree (scoring/authorship.py)
+        by_pages = orders_agree(group, twins.page_t, twins.readings)
+        order = sorted(group, key=lambda k: rank(k, by_pages))
+        if updates > 2:  # three or more distinct updates: a ring of them steers nothing (`core`)
+            edges = [(a, b) for a, b in pairs if a in group and b in group]
+            ring = core(edges, twins.near)
+            grouped |= ring
+            lesser |= dominated([k for k in order if k not in ring], edges)
+        else:
+            lesser |= set(order[1:])
     return Verdict(frozenset(grouped), frozenset(lesser), frozenset(disowned & set(kept)))
+
+
+def core(pairs: Sequence[Pair], near: Sequence[Pair] = ()) -> set[str]:
+    """The keys of `pairs` every one of which is tied to two others of them (the 2-core, `near`
+    ties among those keys counting too): a ring of resembling peers, as colluders sharing one
+    hidden direction form, is left out whole. A star is not one: a peer that blends two others'
+    updates (or copies from both) ties them only through itself, and grouping the three left both
+    authors out of the aggregate and the match (a red-team run: one proven identity sending two
+    honest peers' mean for three windows, linked to both)."""
+    keys = {k for pair in pairs for k in pair}
+    ties = partners([*pairs, *((a, b) for a, b in near if a in keys and b in keys)])
+    while weak := {k for k, others in ties.items() if len(others) < 2}:
+        ties = {k: others - weak for k, others in ties.items() if k not in weak}
+    return set(ties)
+
+
+def dominated(order: Sequence[str], pairs: Sequence[Pair]) -> set[str]:
+    """Of keys tied by `pairs` outside any ring, the best first (`order`) is kept and every key tied
+    to one kept is left out: at most one of each pair, and a hub tied to two kept peers goes."""
+    ties = partners(pairs)
+    kept: set[str] = set()
+    out: set[str] = set()
+    for k in order:
+        (out if ties.get(k, set()) & kept else kept).add(k)
+    return out
 
 
 def owners(

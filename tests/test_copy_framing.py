@@ -67,10 +67,10 @@ def _twin_selection(thief: str, victim: str, thief_final: float, victim_final: f
     pair = [PeerPayload(victim, "dv", 10.0, stolen, 2.0), PeerPayload(thief, "dv", 0.001, stolen, math.inf)]
     copies = examine_copies([*honest, *pair], seed=3)
     assert offences(copies.findings) == {}
-    kin = twins_of(RatingState({}, 0), copies, RankingConfig())
+    twins = twins_of(RatingState({}, 0), copies, RankingConfig())
     finals = {f"h{i}": 10.0 for i in range(4)} | {victim: victim_final, thief: thief_final}
     cands = [Candidate(k, f, True, 0.01, 1, mass=1.0, inflation=1.0) for k, f in finals.items()]
-    return select_aggregation(cands, RankingConfig().selection, kin.twins).gather
+    return select_aggregation(cands, RankingConfig().selection, twins).gather
 
 
 def test_of_an_unclear_pair_the_peer_the_validator_saw_is_kept() -> None:

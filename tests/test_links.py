@@ -77,7 +77,8 @@ def test_evidence_waits_for_both_peers_decays_and_is_capped() -> None:
 def test_a_linked_group_of_three_is_left_out_and_a_pair_keeps_its_better_member() -> None:
     finals = {"h1": 1.0, "h2": 0.9, "c1": 3.0, "c2": 2.0, "c3": 1.5, "d1": 0.5, "d2": 0.4}
     cands = [Candidate(k, final=f, proven=True, gain=0.01, indicator=1) for k, f in finals.items()]
-    sel = select_aggregation(cands, twins=Twins(linked=[("c1", "c2"), ("c2", "c3"), ("d1", "d2")]))
+    ring = [("c1", "c2"), ("c2", "c3"), ("c1", "c3"), ("d1", "d2")]
+    sel = select_aggregation(cands, twins=Twins(linked=ring))
     assert set(sel.gather) == {"h1", "h2", "d1"}
     # a resembling peer that is not a candidate (rejected, absent) sinks nobody
     lone = Twins(linked=[("h1", "x"), ("h2", "x"), ("x", "y")])
@@ -111,7 +112,13 @@ def test_a_lifted_clip_reference_does_not_scale_the_honest_weights() -> None:
     assert contribution_weights(lifted, SelectionConfig(), typical=0.01)[0] > expected[0] * 1.5  # raw
 
 
-def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer() -> None:
+def test_the_upload_order_of_a_linked_pair_decides_nothing() -> None:
+    """The later uploader of a linked pair with a clear order was left out alone, out of the match
+    and unpaid: a proven identity that computed its victim's update from public inputs (or mixed a
+    tenth of it into its own training) and sent it first made the victim the later side in every
+    window of two red-team runs. Between two proven peers the order decides nothing (as for copy
+    findings): both pairs are twins, and the sender whose own pages gained most is kept."""
+
     def rated(h: str, links: dict[str, float]) -> PeerRating:  # proven: three clear own-data evaluations
         return PeerRating(
             hotkey=h,
@@ -128,9 +135,13 @@ def test_a_linked_pair_with_a_clear_upload_order_leaves_out_only_the_later_peer(
         {"v": rated("v", {"x": 0.2}), "x": rated("x", {"v": 0.2}), "c": rated("c", {"d": 0.2}),
          "d": rated("d", {"c": 0.2})}, 5,
     )  # fmt: skip
-    copies = CopyCheck([], ("c", "d", "v", "x"), {}, {("v", "x"): "v"})  # v uploaded clearly first
-    kin = twins_of(state, copies, RankingConfig())
-    assert (kin.twins, set(kin.later)) == (Twins(linked=(("c", "d"),)), {"x"})  # c, d uploaded together
+    copies = CopyCheck([], ("c", "d", "v", "x"), {}, {("v", "x"): "x"})  # x uploaded clearly first
+    twins = twins_of(state, copies, RankingConfig())
+    assert twins.linked == (("c", "d"), ("v", "x"))
+    cands = [Candidate(k, 5.0, True, 0.01, 1, inflation=1.0) for k in "cdvx"]
+    framed = replace(twins, page_t={"v": 2.4, "x": 1.9, "c": 1.0, "d": 2.0})
+    assert set(select_aggregation(cands, twins=framed).gather) == {"d", "v"}
+    assert not left_out_for_cause(cands, twins=framed)  # the one not kept still plays the match
 
 
 def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
@@ -149,15 +160,13 @@ def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
         {h: PeerRating(h, i, 30.0, 2.0, links=links.get(h, {})) for i, h in enumerate([*honest, *links])}, 3
     )
     seen = {h: 5.0 for h in [*honest, "victim"]} | {"s1": math.inf, "s2": math.inf}
-    kin = twins_of(state, CopyCheck([], tuple(sorted(seen)), {}, {}, seen), RankingConfig())
+    twins = twins_of(state, CopyCheck([], tuple(sorted(seen)), {}, {}, seen), RankingConfig())
     # links to identities that have proven nothing are not acted on (validator/round/rating.py `_linked`)
-    assert not kin.later and kin.twins.linked == ()
+    assert twins.linked == ()
     cands = [Candidate(h, 10.0, True, 0.01, 1, inflation=1.0) for h in [*honest, "victim"]]
     cands += [Candidate(s, 0.0, False, 0.01, 1, inflation=1.0) for s in ("s1", "s2")]
-    assert (
-        "victim" in select_aggregation([c for c in cands if c.key not in kin.later], twins=kin.twins).gather
-    )
-    assert "victim" not in left_out_for_cause(cands, SelectionConfig(), kin.twins, kin.later)
+    assert "victim" in select_aggregation(cands, twins=twins).gather
+    assert "victim" not in left_out_for_cause(cands, SelectionConfig(), twins)
     # three colluders the validator saw upload together are still left out as a group, and so are
     # colluders that prove their training and hide two of the three from the polls
     proven_state = RatingState(  # three clear own-data evaluations: proven under RatingConfig()
@@ -166,9 +175,10 @@ def test_unseen_sybils_linked_to_a_victim_cannot_sink_it() -> None:
     proven = [replace(c, proven=True, final=10.0) for c in cands]
     sighted = seen | {"s1": 5.0, "s2": 5.0}
     for watched in (sighted, seen):
-        kin = twins_of(proven_state, CopyCheck([], tuple(sorted(watched)), {}, {}, watched), RankingConfig())
-        assert not kin.later
-        assert not {"victim", "s1", "s2"} & set(select_aggregation(proven, twins=kin.twins).gather)
+        twins = twins_of(
+            proven_state, CopyCheck([], tuple(sorted(watched)), {}, {}, watched), RankingConfig()
+        )
+        assert not {"victim", "s1", "s2"} & set(select_aggregation(proven, twins=twins).gather)
 
 
 def _colluding_window(rng: np.random.Generator) -> list[PeerPayload]:
@@ -255,7 +265,7 @@ def test_links_to_identities_that_have_proven_nothing_are_not_acted_on() -> None
 
     copies = CopyCheck([], tuple(trio), {}, {})
     assert linked_peers(state({"v"}), RankingConfig()) == set()
-    assert twins_of(state({"v"}), copies, RankingConfig()).twins.linked == ()
+    assert twins_of(state({"v"}), copies, RankingConfig()).linked == ()
     assert linked_peers(state({"v", "c1"}), RankingConfig()) == {"v", "c1"}
     assert linked_peers(state(set(trio)), RankingConfig()) == set(trio)
-    assert len(twins_of(state(set(trio)), copies, RankingConfig()).twins.linked) == 3
+    assert len(twins_of(state(set(trio)), copies, RankingConfig()).linked) == 3

@@ -107,9 +107,10 @@ def test_a_peer_under_min_retention_stays_out_with_this_windows_value() -> None:
 
 
 def test_linked_and_drifting_peers_stay_out() -> None:
-    """Three linked peers all stay out, the later side of a linked pair whose order is clear too; a
-    pair whose order is unclear stays in (the selection keeps one of it). A drifting peer stays out
-    only with the persistence gate on, as the selection does."""
+    """Three linked peers all stay out; a linked pair stays in whatever its upload order (the
+    selection keeps one of it: the later side was left out of the match, and a frontrunner made its
+    victim that side). A drifting peer stays out only with the persistence gate on, as the
+    selection does."""
     peers, state, reference = honest_and({"x": 1.0, "y": 1.0, "z": 1.0})
     alarm = LinkConfig().alarm
     ring = {"x": {"y": alarm, "z": alarm}, "y": {"z": alarm}}
@@ -121,7 +122,7 @@ def test_linked_and_drifting_peers_stay_out() -> None:
     )
     assert outside_match(pair, peers, 5, cfg, CopyCheck([]), reference) == set()
     ordered = CopyCheck([], first={("h1", "h2"): "h2"})
-    assert outside_match(pair, peers, 5, cfg, ordered, reference) == {"h1"}
+    assert outside_match(pair, peers, 5, cfg, ordered, reference) == set()
     # evidence that reaches the alarm with this window's resemblance: out of this window's match, as
     # the selection, which reads the links after it, leaves them out of this window's aggregate
     near = {"x": {"y": 0.07, "z": 0.07}, "y": {"x": 0.07, "z": 0.07}, "z": {"x": 0.07, "y": 0.07}}

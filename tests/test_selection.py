@@ -22,7 +22,6 @@ from validator.round.norms import clip_reference, proven_peers
 from validator.round.outcomes import PeerTarget, PeerWindow
 from validator.round.rating import (
     RankingConfig,
-    Resembling,
     outcomes_of,
     rate_window,
     relative_retentions,
@@ -101,9 +100,7 @@ def test_select_window_takes_the_gain_from_the_evaluation() -> None:
 def test_select_window_aggregates_one_of_twins() -> None:
     state = RatingState({"a": rating("a", 0, 1.0), "b": rating("b", 1, 2.0)}, 4)
     peers = [peer("a", 0), peer("b", 1)]
-    assert select_window(state, peers, 5, RankingConfig(), Resembling(Twins(copies=[("a", "b")]))).gather == (
-        "b",
-    )
+    assert select_window(state, peers, 5, RankingConfig(), Twins(copies=[("a", "b")])).gather == ("b",)
 
 
 def test_config_validation() -> None:
@@ -156,14 +153,27 @@ def test_only_one_of_twins_is_aggregated() -> None:
     )  # tie: smaller key
 
 
-def test_a_cluster_of_three_similar_peers_is_left_out() -> None:
+def test_a_ring_of_three_similar_peers_is_left_out_and_a_star_loses_its_hub() -> None:
+    """Colluders sharing one hidden direction resemble each other pairwise: a ring, left out whole.
+    A star is not one: a hub tied to two peers that do not resemble each other (a blend of two
+    honest updates) left both authors out with it; now the hub goes, the authors stay."""
     peers = [cand(k) for k in "abcdh"]
-    colluders = [("a", "b"), ("c", "b"), ("d", "e")]  # a-b-c one cluster; d's twin is not admissible
-    assert select_aggregation(peers, twins=Twins(linked=colluders)).gather == ("d", "h")
+    ring = [("a", "b"), ("c", "b"), ("a", "c"), ("d", "e")]  # a-b-c one ring; d's twin is not admissible
+    assert select_aggregation(peers, twins=Twins(linked=ring)).gather == ("d", "h")
     # three distinct updates tied by unclear copy findings alone are left out too
-    assert select_aggregation(peers, twins=Twins(copies=colluders)).gather == ("d", "h")
-    # linked across windows, a cluster is left out even where some of it would not be aggregated
-    assert select_aggregation([*peers[:2], cand("c", gain=None)], twins=Twins(linked=colluders)).gather == ()
+    assert select_aggregation(peers, twins=Twins(copies=ring)).gather == ("d", "h")
+    # linked across windows, a ring is left out even where some of it would not be aggregated
+    assert select_aggregation([*peers[:2], cand("c", gain=None)], twins=Twins(linked=ring)).gather == ()
+    star = [("a", "b"), ("c", "b")]  # b blends a's and c's updates
+    for twins in (Twins(linked=star), Twins(copies=star)):
+        assert set(select_aggregation(peers, twins=twins).gather) == {"a", "c", "d", "h"}
+        assert not left_out_for_cause(peers, twins=twins)  # nobody out of the match for a star
+    # colluders whose third pair is still short of the alarm (half of it) close the ring
+    forming = Twins(linked=star, near=[("a", "c")])
+    assert set(select_aggregation(peers, twins=forming).gather) == {"d", "h"}
+    # the hub kept when its own pages gained most: an author copied by two peers
+    pages = Twins(copies=star, page_t={"a": 0.1, "b": 2.5, "c": -0.3})
+    assert set(select_aggregation(peers, twins=pages).gather) == {"b", "d", "h"}
 
 
 def test_copiers_cannot_sink_the_peer_they_copy() -> None:

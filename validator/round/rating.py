@@ -22,7 +22,7 @@ from scoring.ranking import (
     update_ratings,
 )
 from scoring.selection import Candidate, Selection, SelectionConfig, left_out_for_cause, select_aggregation
-from scoring.twins import NO_TWINS, Twins, paired_t
+from scoring.twins import NEAR_TIE, NO_TWINS, Twins, paired_t
 from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
@@ -179,21 +179,13 @@ def outside_match(
     Nor does a banned one: it is not aggregated either, and once it had proven its training again
     (its rating is reset when the ban starts), an inflated update won every match of the ban, took
     honest μ down with it and came out of the ban at the top of the leaderboard (a red-team run)."""
-    kin = twins_of(evidence, copies, cfg, peers)
+    twins = twins_of(evidence, copies, cfg, peers)
     candidates = _candidates(evidence, peers, window, cfg, reference)
     barred = {c.key for c in candidates if not c.proven or c.banned}
-    return frozenset(barred) | left_out_for_cause(candidates, cfg.selection, kin.twins, kin.later)
+    return frozenset(barred) | left_out_for_cause(candidates, cfg.selection, twins)
 
 
-@dataclass(frozen=True, slots=True)
-class Resembling:
-    """Who resembles whom this window, as the selection uses it (`twins_of`)."""
-
-    twins: Twins = NO_TWINS  # at most one of each pair is aggregated (scoring/twins.py)
-    later: Collection[str] = frozenset()  # left out: the later side of a linked pair
-
-
-def _linked(state: RatingState, cfg: RankingConfig) -> list[tuple[str, str]]:
+def _linked(state: RatingState, cfg: RankingConfig, share: float = 1.0) -> list[tuple[str, str]]:
     """The pairs whose link evidence reached the alarm (scoring/links.py) between peers that have
     both proven their training. A link to an identity that has not proven anything is not acted on:
     it cannot be aggregated anyway, and an honest peer linked to one (its copier, evaluated beside it
@@ -201,7 +193,7 @@ def _linked(state: RatingState, cfg: RankingConfig) -> list[tuple[str, str]]:
     consensus, then read as linked with more adversaries each window and was left out with them in
     a group (bench_fidelity, mixed: honest coverage 1.00 → 0.50). Colluders train: once proven, their
     links count. The evidence itself accrues either way."""
-    pairs = linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links)
+    pairs = linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links, share)
     trained = {h for h, r in state.peers.items() if proven(r, cfg.rating)}
     return [(a, b) for a, b in pairs if a in trained and b in trained]
 
@@ -213,28 +205,21 @@ def linked_peers(state: RatingState, cfg: RankingConfig) -> set[str]:
 
 def twins_of(
     state: RatingState, copies: CopyCheck, cfg: RankingConfig, peers: Sequence[PeerWindow] = ()
-) -> Resembling:
-    """(twins, later): pairs of which at most one is aggregated, copies whose upload order was unclear and
-    linked pairs whose order this window is unclear (colluders upload together); and the later uploader
-    of each linked pair whose order is clear, left out alone (a persistent copier must not drag the peer
-    it copies out of the aggregate with it). Only links between proven peers count (`_linked`): two
-    sybils sending noisy copies of a victim's update from stores that hid from the polls linked with it
-    and each other, and the three, a "colluding group", sank the victim. `peers`' page tests this
-    window decide which sender of an unclear copy the update is (scoring/twins.py `owners`)."""
-    linked, later = set(), set()
-    for a, b in _linked(state, cfg):
-        first = copies.first.get((a, b))
-        if first is None:
-            linked.add((a, b))
-        else:
-            later.add(b if first == a else a)
+) -> Twins:
+    """Pairs of which at most one is aggregated (scoring/twins.py): copies whose upload order was
+    unclear, and pairs linked across windows. Only links between proven peers count (`_linked`): two
+    sybils sending noisy copies of a victim's update from stores that hid from the polls linked with
+    it and each other, and the three, a "colluding group", sank the victim. The upload order of a
+    linked pair decides nothing, as between any two proven peers (scoring/copy_findings.py
+    `oriented`): the later uploader was left out alone, out of the match and unpaid, and a proven
+    identity that computed its victim's update from public inputs and sent it (or a tenth of it
+    mixed into its own training) first made the victim the later uploader in every window (two
+    red-team runs, 2026-12-07). `peers`' page tests this window decide which sender is kept."""
     unclear = [f for f in copies.findings if not f.clear]
     same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD or f.same_update]
     pairs = tuple(sorted(unclear_pairs(unclear)))
-    twins = Twins(
-        pairs, tuple(sorted(same)), tuple(sorted(linked)), copies.seen, page_tests(peers), copies.readings
-    )
-    return Resembling(twins, frozenset(later))
+    linked, near = tuple(sorted(_linked(state, cfg))), tuple(sorted(_linked(state, cfg, NEAR_TIE)))
+    return Twins(pairs, tuple(sorted(same)), linked, copies.seen, page_tests(peers), copies.readings, near)
 
 
 def select_window(
@@ -242,13 +227,13 @@ def select_window(
     peers: Sequence[PeerWindow],
     window: int,
     cfg: RankingConfig,
-    kin: Resembling = Resembling(),
+    twins: Twins = NO_TWINS,
     reference: Mapping[str, float] | None = None,
 ) -> Selection[str]:
     """Every peer that proved its training and contributes, ordered by final score
     (scoring/selection.py); `twins` (`twins_of`): pairs of which at most one may be aggregated."""
     candidates = _candidates(state, peers, window, cfg, reference)
-    return select_aggregation([c for c in candidates if c.key not in kin.later], cfg.selection, kin.twins)
+    return select_aggregation(candidates, cfg.selection, twins)
 
 
 def _candidates(
