@@ -134,3 +134,23 @@ def test_a_crowd_flagged_among_itself_takes_no_budget_from_proven_work() -> None
     plan = ReadingPlan(0.5, frozenset(honest), cap=2)
     assert wanted_readings(list(evaluated.values()), findings, page_t, plan) == [("h2", "h1"), ("h1", "h2")]
     assert len(wanted_readings(list(evaluated.values()), findings, page_t, ReadingPlan(1.0))) == 4
+
+
+def test_one_cheap_copier_cannot_take_the_reading_a_proven_peer_needs() -> None:
+    """A red-team run: a six-peer window reads one pair, and clear findings came first: one cheap
+    unproven copier of any proven peer took it, and a proven copier whose own test it had raised
+    (6.0 against 2.3) disowned its victim unread. Pairs where the own tests would leave a proven
+    sender out are read first."""
+    names = ["h1", "h2", "h3", "bc", "decoy", "h4"]
+    evaluated = {h: _peer(h, u, f"d{u}") for u, h in enumerate(names)}
+    page_t = {"h1": 2.3, "h2": 2.1, "h3": 1.9, "bc": 6.0, "decoy": -0.4, "h4": 2.0}
+    findings = [_finding("decoy", "h2", clear=True), _finding("h1", "bc")]
+    proven = {"h1", "h2", "h3", "bc", "h4"}
+    assert to_read(findings, evaluated, page_t) == [("decoy", "h2"), ("h1", "bc")]  # before: no proof read
+    assert to_read(findings, evaluated, page_t, proven)[0] == ("h1", "bc")
+    plan = ReadingPlan(0.5, frozenset(proven))
+    assert wanted_readings(list(evaluated.values()), findings, page_t, plan) == [("h1", "bc"), ("bc", "h1")]
+    # a pair of two proven senders comes before a clear finding even without a wide spread: the
+    # own tests decide which of the two is kept
+    close = [_finding("decoy", "h2", clear=True), _finding("h3", "h4")]
+    assert to_read(close, evaluated, page_t, proven)[0] == ("h3", "h4")

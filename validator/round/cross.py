@@ -25,6 +25,7 @@ import structlog
 from scoring.authorship import Pair
 from scoring.copy_findings import CopyFinding
 from scoring.page_test import own_t
+from scoring.twins import OWNERSHIP_MARGIN
 from validator.round.evaluation import EvalSetup, HeldOut, evaluate_chosen
 from validator.round.outcomes import PeerWindow
 
@@ -110,11 +111,15 @@ def to_read(
     proven: Collection[str] = frozenset(),
 ) -> list[Pair]:
     """The findings whose senders were evaluated and sent different payloads, each pair once, in the
-    order they are read: clear findings (they can convict) first, then pairs with a `proven` sender,
-    then by how far the senders' own page tests differ, the widest first. A reading can only veto a
-    rule the own tests would apply (scoring/authorship.py), so the pairs where those would apply
-    come first: a crowd of cheap identities flagged among themselves cannot push a copier's pair
-    out of the window's readings, nor, by a wide spread of two noise tests, a proven peer's."""
+    order they are read: first the pairs where the own tests would leave a `proven` sender out
+    (its pages `OWNERSHIP_MARGIN` under its partner's, or both proven: the lower is not kept), then
+    clear findings (they can convict), then pairs with a proven sender, then the rest; within each,
+    by how far the senders' own page tests differ, the widest first. A reading can only veto a rule
+    the own tests would apply (scoring/authorship.py), so the pairs where those would apply come
+    first: a crowd of cheap identities flagged among themselves cannot push a copier's pair out of
+    the window's readings, nor, by a wide spread of two noise tests, a proven peer's; nor can one
+    cheap copier of a proven peer, whose clear finding took the only pair a six-peer window reads
+    while a proven copier's raised own test disowned its victim (a red-team run)."""
 
     def spread(f: CopyFinding) -> float:
         return abs(page_t.get(f.offender, 0.0) - page_t.get(f.other, 0.0))
@@ -122,7 +127,15 @@ def to_read(
     def unproven(f: CopyFinding) -> bool:
         return f.offender not in proven and f.other not in proven
 
-    order = sorted(findings, key=lambda f: (not f.clear, unproven(f), -spread(f), f.offender, f.other))
+    def against_proven(f: CopyFinding) -> bool:
+        lower = min((f.offender, f.other), key=lambda k: (page_t.get(k, 0.0), k))
+        both = f.offender in proven and f.other in proven
+        return not f.clear and lower in proven and (both or spread(f) >= OWNERSHIP_MARGIN)
+
+    def stake(f: CopyFinding) -> tuple[bool, bool, bool, float, str, str]:
+        return not against_proven(f), not f.clear, unproven(f), -spread(f), f.offender, f.other
+
+    order = sorted(findings, key=stake)
     out: list[Pair] = []
     for f in order:
         a, b = evaluated.get(f.offender), evaluated.get(f.other)
