@@ -16,8 +16,8 @@ With the defaults colluders were linked in their third window, before proof of t
 be aggregated, and honest pairs never reached the alarm (bench_fidelity, 8 windows).
 The cap bounds how long a pair that stopped resembling each other stays linked (≈ cap / reference
 windows). A linked pair's upload order is no evidence of who copied whom, so nobody is penalised:
-the selection treats it like an unclear copy pair (one of two is aggregated, a group of three or
-more none).
+the selection treats it like an unclear copy pair (one of two is aggregated, a ring of three or
+more none: scoring/twins.py `core`).
 
 Peers already linked are still compared, but they leave the consensus the window's residuals are
 taken against (scoring/uniqueness.py): colluders' shared direction in it tilted every honest

@@ -5,9 +5,10 @@ Two kinds of evidence tie peers together. A copy finding whose upload order was 
 the one kept is the one the validator saw upload (a peer whose store hid from its polls made itself
 unobservable, and a well-rated thief re-signing a victim's bytes that way took the victim's place),
 then the better rated, then the earlier seen (the hotkey only breaks equal times). Links
-(scoring/links.py) tie peers whose updates kept resembling each other across windows: a group of
-three or more linked peers (colluders sharing a hidden direction) is left out entirely, whether or
-not each of them would have been aggregated.
+(scoring/links.py) tie peers whose updates kept resembling each other across windows: a ring of
+three or more linked peers, each tied to two others of it (colluders sharing a hidden direction),
+is left out entirely, whether or not each of them would have been aggregated (`core`); a star,
+one peer tied to others that do not resemble each other, loses its hub (`dominated`).
 
 A group tied by copy findings is judged by who in it would be aggregated, and identical payloads
 count as one update: otherwise two identities re-signing a victim's bytes from stores the polls never
