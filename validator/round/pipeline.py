@@ -86,15 +86,17 @@ def score_window(
 ) -> Scored:
     """The window's peers checked, evaluated, rated and selected, one `stages` stage each."""
     with stages("check"):
+        # what the ratings before the window say of each peer, read once for every stage below
+        standing = stages.salvage("standing", lambda: _standing(ctx, inputs), Standing)
         checked, copies, reference = stages.salvage(
-            "check", lambda: _check(ctx, peers, inputs), lambda: _unjudged(peers)
+            "check", lambda: _check(ctx, peers, inputs, standing), lambda: _unjudged(peers)
         )
         suspects = offences(copies.findings).keys()
         drift = stages.salvage("drift", lambda: _drift(ctx, checked, inputs, suspects), Drift)
     with stages("evaluate"):
         held, evaluated, workers = stages.salvage(
             "evaluate",
-            lambda: _evaluate(ctx, checked, reference, inputs, copies.findings),
+            lambda: _evaluate(ctx, checked, reference, inputs, copies.findings, standing.proven),
             lambda: (NOT_EVALUATED, checked, []),
         )
         seconds = tuple(p.evaluation.timings.total_s for p in evaluated if p.evaluation is not None)
@@ -103,7 +105,11 @@ def score_window(
         readings: dict[Pair, float] = stages.salvage(
             "cross",
             lambda: cross_readings(
-                setup, evaluated, _wanted(ctx, evaluated, copies, tests, inputs), held, reference
+                setup,
+                evaluated,
+                _wanted(ctx, evaluated, copies, tests, inputs, standing.proven),
+                held,
+                reference,
             ),
             dict,
         )
@@ -125,15 +131,18 @@ def score_window(
     )  # fmt: skip
 
 
+def _standing(ctx: WindowContext, inputs: WindowInputs) -> Standing:
+    # peers linked before this window leave the links' consensus (scoring/uniqueness.py)
+    return Standing(
+        linked=frozenset(linked_peers(inputs.ratings, ctx.cfg.ranking)),
+        proven=proven_peers(inputs.ratings, ctx.cfg.ranking.rating),
+    )
+
+
 def _check(
-    ctx: WindowContext, peers: Sequence[PeerWindow], inputs: WindowInputs
+    ctx: WindowContext, peers: Sequence[PeerWindow], inputs: WindowInputs, standing: Standing
 ) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:
     cfg = ctx.cfg
-    # peers linked before this window leave the links' consensus (scoring/uniqueness.py)
-    standing = Standing(
-        linked=frozenset(linked_peers(inputs.ratings, cfg.ranking)),
-        proven=proven_peers(inputs.ratings, cfg.ranking.rating),
-    )
     checked, copies = check_window(peers, inputs.judge, cfg.check, inputs.seen_before, ctx.seed, standing)
     # another sample of chunks than the copy check's: seed + 1
     checked = reject_recycled(checked, inputs.earlier, cfg.check, seed=ctx.seed.number + 1)
@@ -154,10 +163,14 @@ def _drift(
 
 
 def _wanted(
-    ctx: WindowContext, peers: list[PeerWindow], copies: CopyCheck, t: dict[str, float], inputs: WindowInputs
+    ctx: WindowContext,
+    peers: list[PeerWindow],
+    copies: CopyCheck,
+    t: dict[str, float],
+    inputs: WindowInputs,
+    proven: frozenset[str],
 ) -> list[Pair]:
-    # asked after the evaluation: what the time left affords (the budget kept for the readings)
-    proven = proven_peers(inputs.ratings, ctx.cfg.ranking.rating)
+    # the budget asked after the evaluation: what the time left affords (kept for the readings)
     plan = ReadingPlan(ctx.cfg.eval.cross_share, proven, inputs.budget(), inputs.read)
     return wanted_readings(peers, copies.findings, t, plan)
 
@@ -178,10 +191,10 @@ def _evaluate(
     reference: dict[str, float],
     inputs: WindowInputs,
     findings: Sequence[CopyFinding],
+    proven: frozenset[str],
 ) -> tuple[HeldOut, list[PeerWindow], list[WorkerStats]]:
     setup = _setup(ctx, inputs)
     held = heldout(setup)
-    proven = proven_peers(inputs.ratings, ctx.cfg.ranking.rating)
 
     def budget() -> int:  # what the readings of the flagged pairs may take is kept for them
         whole = inputs.budget()

@@ -218,8 +218,12 @@ def twins_of(
     unclear = [f for f in copies.findings if not f.clear]
     same = [(f.other, f.offender) for f in unclear if f.reason == Reason.DUPLICATE_PAYLOAD or f.same_update]
     pairs = tuple(sorted(unclear_pairs(unclear)))
-    linked, near = tuple(sorted(_linked(state, cfg))), tuple(sorted(_linked(state, cfg, NEAR_TIE)))
-    return Twins(pairs, tuple(sorted(same)), linked, copies.seen, page_tests(peers), copies.readings, near)
+    near = _linked(state, cfg, NEAR_TIE)  # the proof read once: the linked pairs are among these
+    alarmed = set(linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links))
+    linked = tuple(pair for pair in near if pair in alarmed)
+    return Twins(
+        pairs, tuple(sorted(same)), linked, copies.seen, page_tests(peers), copies.readings, tuple(near)
+    )
 
 
 def select_window(
