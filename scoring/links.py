@@ -21,7 +21,11 @@ more none: scoring/twins.py `core`).
 
 Peers already linked are still compared, but they leave the consensus the window's residuals are
 taken against (scoring/uniqueness.py): colluders' shared direction in it tilted every honest
-residual alike, and an honest pair reached the alarm in the mixed run's eighth window.
+residual alike, and an honest pair reached the alarm in the mixed run's eighth window. Where fewer
+than three compared peers are left in it, nothing resembles anything that window and the pairs
+among the compared fade: frozen, a hub that had gone back to honest work kept its links, and its
+partners were left out beside it. Colluders that are most of a window's proven peers fade too;
+with that few honest peers no consensus tells them apart.
 
 Evidence is stored on both peers' ratings (`PeerRating.links`), so it is recorded with every window
 and replay re-derives it from the ratings before the window. Pairs below `reference` are not

@@ -125,8 +125,13 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     outside = np.array([peers[i].linked for i in rows], dtype=np.bool_)
     if unproven is not None:
         outside |= unproven[rows]
-    if len(rows) - int(outside.sum()) < 3:  # too few to measure a consensus: no new evidence
-        return CopyCheck(flagged)
+    if len(rows) - int(outside.sum()) < 3:
+        # Too few to measure a consensus: no resemblance is seen, so the links among the compared
+        # fade as in a window that measured none. They froze: a blender's links to its two authors
+        # held after it went back to honest work, and when its own pages gained most the star kept it
+        # and left both honest authors out (a demo run, windows 10-11). Read against a consensus of
+        # two, honest pairs outside it resembled each other (+0.065 a window there): nothing is read.
+        return CopyCheck(flagged, tuple(sorted(peers[i].hotkey for i in rows)))
     if len(rows) < len(peers) or outside.any():
         peers, similarity = (
             [peers[i] for i in rows],

@@ -1,0 +1,74 @@
+"""Links in a window with few unlinked peers (scoring/uniqueness.py): the linked ones are still read.
+
+With fewer than three unlinked peers the copy check compared nobody, so no link moved: a proven
+identity that sent the mean of two honest updates for three windows was linked to both authors, the
+three left the consensus, two honest peers stayed in it, and the blender stayed out (a star's hub)
+for as long as that lasted, long after it went back to honest work (a demo run, windows 7-10).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from scoring.links import LinkConfig, linked_pairs, update_links
+from scoring.types import SparseParam
+from scoring.uniqueness import PeerPayload, UniquenessConfig, examine_copies
+from tests.uniqueness_fixtures import random_update
+
+EVERY_PAIR = UniquenessConfig(resemblance_floor=-1.0)  # every compared pair reported
+
+
+def _window(rng: np.random.Generator, names: list[str], hidden_share: float) -> list[PeerPayload]:
+    """Honest updates around one consensus; names starting with `c` add one shared hidden direction."""
+    layout = random_update(rng)
+    consensus = {n: rng.standard_normal(p.values.numel()) for n, p in layout.items()}
+    hidden = {n: rng.standard_normal(p.values.numel()) for n, p in layout.items()}
+    peers = []
+    for i, name in enumerate(names):
+        update = {}
+        for n, p in layout.items():
+            values = consensus[n] + 1.2 * rng.standard_normal(p.values.numel())
+            values += hidden_share * hidden[n] if name.startswith("c") else 0.0
+            update[n] = SparseParam(p.shape, p.indices, torch.from_numpy(values.astype(np.float32)))
+        peers.append(PeerPayload(name, f"d{i}", float(i), update, math.inf, proven=True))
+    return peers
+
+
+def _linking(peers: list[PeerPayload], linked: set[str]) -> list[PeerPayload]:
+    return [replace(p, linked=p.hotkey in linked) for p in peers]
+
+
+def test_a_hub_back_to_honest_work_is_compared_and_its_links_fade() -> None:
+    """The demo run's links: the blender (hub) tied to both authors, frozen at 0.105 and 0.088."""
+    star = {"hub", "a", "b"}
+    links = {"hub": {"a": 0.105, "b": 0.088}, "a": {"hub": 0.105}, "b": {"hub": 0.088}}
+    cfg = LinkConfig()
+    for seed in range(4):  # honest work again: within four windows no pair is even a near tie
+        peers = _linking(_window(np.random.default_rng(seed), ["hub", "a", "b", "h1", "h2"], 0.0), star)
+        check = examine_copies(peers, EVERY_PAIR, seed=seed)
+        assert set(check.compared) == star | {"h1", "h2"} and not check.resemblances
+        links = update_links(links, check.compared, check.resemblances, cfg)
+    assert linked_pairs(links, cfg, share=0.5) == []
+
+
+def test_a_pair_fades_only_while_both_of_its_peers_are_compared() -> None:
+    """A peer that sent nothing (or was caught copying) is not compared: its links keep their value."""
+    peers = _window(np.random.default_rng(5), ["hub", "a", "b", "h1"], 0.0)
+    star = {"hub", "a", "b"}
+    check = examine_copies(_linking(peers[1:], star), EVERY_PAIR, seed=5)  # the hub sent nothing
+    links = {"hub": {"a": 0.2}, "a": {"hub": 0.2, "b": 0.2}, "b": {"a": 0.2}}
+    after = update_links(links, check.compared, check.resemblances, LinkConfig())
+    assert after["hub"]["a"] == 0.2 and math.isclose(after["a"]["b"], 0.2 - LinkConfig().reference)
+
+
+def test_three_unlinked_peers_still_measure_the_linked_ones() -> None:
+    """Read against three unlinked peers, colluders' shared direction is all theirs, as before."""
+    names = ["c0", "c1", "c2", "h1", "h2", "h3"]
+    trio = {"c0", "c1", "c2"}
+    check = examine_copies(_linking(_window(np.random.default_rng(2), names, 0.6), trio), EVERY_PAIR, seed=2)
+    assert set(check.compared) == set(names)
+    assert min(v for (a, b), v in check.resemblances.items() if {a, b} <= trio) > 0.1
