@@ -71,4 +71,23 @@ def test_three_unlinked_peers_still_measure_the_linked_ones() -> None:
     trio = {"c0", "c1", "c2"}
     check = examine_copies(_linking(_window(np.random.default_rng(2), names, 0.6), trio), EVERY_PAIR, seed=2)
     assert set(check.compared) == set(names)
-    assert min(v for (a, b), v in check.resemblances.items() if {a, b} <= trio) > 0.1
+    assert (
+        min(v for (a, b), v in check.resemblances.items() if {a, b} <= trio) > LinkConfig().reference + 0.03
+    )
+
+
+def test_honest_peers_outside_the_consensus_do_not_resemble_each_other() -> None:
+    """Read against the consensus alone, two peers outside it share what it misses of the common
+    direction: honest pairs there read +0.20 in this fixture (+0.08 among ten honest demo peers), every
+    window above the links' reference, so a linked honest peer stayed linked for good, and linked
+    with every other peer outside. Each pair is read as two peers inside are."""
+    names = [f"h{i}" for i in range(10)]
+    out = {"h0", "h1", "h2"}
+    for seed in range(3):
+        check = examine_copies(
+            _linking(_window(np.random.default_rng(seed), names, 0.0), out), EVERY_PAIR, seed=seed
+        )
+        outside = [v for (a, b), v in check.resemblances.items() if {a, b} <= out]
+        inside = [v for (a, b), v in check.resemblances.items() if not {a, b} & out]
+        assert len(outside) == 3 and max(outside) < LinkConfig().reference
+        assert abs(np.mean(outside) - np.mean(inside)) < 0.1
