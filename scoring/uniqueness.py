@@ -135,7 +135,7 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     if len(rows) < len(peers) or outside.any():
         peers, similarity = (
             [peers[i] for i in rows],
-            residual_similarity(idx[rows], val[rows], cfg.sketch_bits, rng, outside),
+            residual_similarity(idx[rows], val[rows], cfg.sketch_bits, rng, outside, pairs_as_inside=True),
         )
     resembling: dict[tuple[str, str], float] = {}
     first: dict[tuple[str, str], str] = {}

@@ -91,3 +91,26 @@ def test_honest_peers_outside_the_consensus_do_not_resemble_each_other() -> None
         inside = [v for (a, b), v in check.resemblances.items() if not {a, b} & out]
         assert len(outside) == 3 and max(outside) < LinkConfig().reference
         assert abs(np.mean(outside) - np.mean(inside)) < 0.1
+
+
+def test_the_closed_form_reads_each_outside_pair_as_the_consensus_plus_its_partner() -> None:
+    """`as_inside_pairs` against the residuals built one pair at a time."""
+    from scoring.similarity import as_inside_pairs
+
+    gen = torch.Generator().manual_seed(4)
+    unit = torch.randn(5, 64, generator=gen, dtype=torch.float64)
+    unit /= torch.linalg.vector_norm(unit, dim=1, keepdim=True)
+    weight = torch.rand(5, generator=gen, dtype=torch.float64)
+    total = torch.randn(64, generator=gen, dtype=torch.float64) * 3.0
+    got = as_inside_pairs(unit, weight, total)
+    for i in range(5):
+        for j in range(5):
+            if i == j:
+                continue
+            a = total + weight[j] * unit[j]  # i's consensus, its partner j in it
+            b = total + weight[i] * unit[i]
+            a, b = a / torch.linalg.vector_norm(a), b / torch.linalg.vector_norm(b)
+            ri, rj = unit[i] - (unit[i] @ a) * a, unit[j] - (unit[j] @ b) * b
+            want = (ri @ rj) / (torch.linalg.vector_norm(ri) * torch.linalg.vector_norm(rj))
+            assert math.isclose(float(got[i, j]), float(want), abs_tol=1e-12)
+    assert torch.equal(got, got.T)
