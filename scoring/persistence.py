@@ -25,11 +25,14 @@ CUSUM keeps its evidence,
 
 stored on its rating (`PeerRating.drift`, so replay re-derives it). With `gate` on, a peer whose
 evidence reached `alarm` is *drifting*: it is not aggregated (scoring/selection.py), and it is not
-penalised otherwise, as nothing says which windows carried the direction. The gate is off by
-default: the separation the demo showed came from the warm-up's windows, all at one base model,
+penalised otherwise, as nothing says which windows carried the direction. The gate was off at
+first: the separation the demo showed came from the warm-up's windows, all at one base model,
 where a full honest peer among weaker ones reached the alarm too (+0.0251, +0.0112). Without them,
 no peer of ten 24-window runs reached it, `poison_strong` included (docs/fidelity-log.md,
-ninth and tenth rounds).
+ninth and tenth rounds), nor an honest or graded peer of `honest_only`, `graded` or `weak_half` in
+16 windows (peaks +0.0037). It is on: three colluders with two hidden directions at half their
+norms (a pair shares one; no link forms) read +0.010 … +0.025 from window 7 and reached the alarm
+in windows 9-10 of a 16-window demo run, all three aggregated in every window before.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ F16 = npt.NDArray[np.float16]
 @dataclass(frozen=True, slots=True)
 class PersistenceConfig:
     enabled: bool = True  # sketch, store and measure (the API shows the figures)
-    # leave a peer at the alarm out of the aggregate: off, as measured on the demo it framed a full
-    # honest peer among weaker ones and separated `poison_strong` only in its first windows (fidelity log)
-    gate: bool = False
+    # leave a peer at the alarm out of the aggregate. Off until the check compared only windows that
+    # aggregated something (it framed a full honest peer among weaker ones in the warm-up's windows);
+    # since, no honest or graded peer reached the alarm in 16-window runs (peaks +0.0037), while three
+    # colluders with two hidden directions, which no link catches, read +0.010 … +0.025 (fidelity log)
+    gate: bool = True
     # 2^14 buckets: 32 KiB per peer and window, stored and held while the window is scored (float16),
     # 0.017 of a 100M-parameter update's wire size; the gate-on measurement used 2^16 (fidelity log)
     bits: int = 14

@@ -131,8 +131,9 @@ def test_evidence_is_a_capped_cusum_and_an_unmeasured_window_keeps_it() -> None:
     assert next_evidence(0.01, -0.5, CFG) == 0.0
     assert next_evidence(CFG.cap, 0.5, CFG) == CFG.cap
     assert not drifting(1.0, PersistenceConfig(enabled=False, gate=True))
-    assert not drifting(1.0, PersistenceConfig()) and over_alarm(
-        1.0, PersistenceConfig()
+    assert drifting(1.0, PersistenceConfig())  # the gate is on by default
+    assert not drifting(1.0, PersistenceConfig(gate=False)) and over_alarm(
+        1.0, PersistenceConfig(gate=False)
     )  # measured, not gated
     with pytest.raises(ValueError):
         PersistenceConfig(reference=0.01, alarm=0.005)
@@ -199,11 +200,11 @@ def test_operators_set_the_check_and_its_gate(monkeypatch: pytest.MonkeyPatch) -
     for key in [k for k in os.environ if k.startswith("GAUNTLET_")]:
         monkeypatch.delenv(key)
     default = round_config(Settings()).ranking.persistence
-    assert default.enabled and not default.gate and default.bits == 14  # measured and shown, not acted on
-    monkeypatch.setenv("GAUNTLET_PERSISTENCE_GATE", "true")
+    assert default.enabled and default.gate and default.bits == 14  # measured, shown and acted on
+    monkeypatch.setenv("GAUNTLET_PERSISTENCE_GATE", "false")
     monkeypatch.setenv("GAUNTLET_PERSISTENCE_BITS", "16")
-    gated = round_config(Settings()).ranking.persistence
-    assert gated.gate and gated.bits == 16
+    shown = round_config(Settings()).ranking.persistence
+    assert not shown.gate and shown.bits == 16
     monkeypatch.setenv("GAUNTLET_PERSISTENCE_BITS", "30")
     with pytest.raises(ValueError):
         Settings()

@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     # float16 values: 32 KiB at 14), the figures on the API, and with the gate on not aggregated
     persistence_sketches: bool = True
     persistence_bits: int = Field(default=14, ge=8, le=24)
-    persistence_gate: bool = False
+    persistence_gate: bool = True
     bma_warmup: int = Field(default=10, ge=0)
     bma_threshold: float = Field(default=0.10, ge=0)
     weight_policy: Literal["rank", "power"] = "rank"
