@@ -32,7 +32,7 @@ no peer of ten 24-window runs reached it, `poison_strong` included (docs/fidelit
 ninth and tenth rounds), nor an honest or graded peer of `honest_only`, `graded` or `weak_half` in
 16 windows (peaks +0.0037). It is on: three colluders with two hidden directions at half their
 norms (a pair shares one; no link forms) read +0.010 … +0.025 from window 7 and reached the alarm
-in windows 9-10 of a 16-window demo run, all three aggregated in every window before.
+in windows 9-10 of a 16-window demo run, two or three of them aggregated in every window before.
 """
 
 from __future__ import annotations

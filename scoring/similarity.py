@@ -143,20 +143,17 @@ def residual_similarity(
     # the mean that weighs the consensus leaves them out too: a crowd of them set its direction
     mean = unit.sum(0) if left_out is None or bool(left_out.all()) else unit[~left_out].sum(0)
     weight = (unit @ (mean / torch.linalg.vector_norm(mean).clamp_min(1e-30))).clamp_min(0.0)
-    pairs_out = None
-    if pairs_as_inside and left_out is not None and not bool(left_out.all()):
+    pairs_out = None  # the outside rows whose pairs are read as inside pairs: two or more of them
+    if pairs_as_inside and left_out is not None and 2 <= int(left_out.sum()) < len(left_out):
         pairs_out = torch.nonzero(left_out).flatten()
-    if pairs_out is not None and pairs_out.numel() >= 2:
-        outside_rows = (unit[pairs_out].clone(), weight[pairs_out].clone())
+    kept = None if pairs_out is None else (unit[pairs_out].clone(), weight[pairs_out].clone())
     if left_out is not None:
         weight[left_out] = 0.0
     # (P, D) matrices are the window's one per-peer cost here: each step works in place (the same
     # arithmetic: total − w is total + (−w) exactly), so at most three are alive at once
     others = weight[:, None] * unit
     total = others.sum(0, keepdim=True)
-    outside_pairs = None
-    if pairs_out is not None and pairs_out.numel() >= 2:
-        outside_pairs = as_inside_pairs(*outside_rows, total[0])
+    outside_pairs = None if kept is None else as_inside_pairs(*kept, total[0])
     others.neg_().add_(total)  # each peer's consensus leaves it out
     others /= torch.linalg.vector_norm(others, dim=1, keepdim=True).clamp_min(1e-30)
     others *= (unit * others).sum(1, keepdim=True)
