@@ -32,14 +32,19 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     return corpus_dataset(tmp_path_factory.mktemp("corpus"))
 
 
+# each peer's update trained once per module (training is most of this module's time; no test
+# changes an update in place)
+_TRAINED: dict[tuple[int, int, int], Update] = {}
+
+
 def honest_updates(ds: Dataset, steps: int, peers: int) -> list[Update]:
     model = build_model(ModelConfig.tiny(), seed=0)
-    out = []
     for uid in range(1, peers + 1):
-        pages = assigned_pages(1, uid, public_seed="calibration", n_pages=8, dataset=ds)
-        delta = train_inner(model, batches(ds, pages, 8), InnerConfig(steps=steps, lr=2e-3))
-        out.append(compress_to_sparse(delta, None))
-    return out
+        if (id(ds), steps, uid) not in _TRAINED:
+            pages = assigned_pages(1, uid, public_seed="calibration", n_pages=8, dataset=ds)
+            delta = train_inner(model, batches(ds, pages, 8), InnerConfig(steps=steps, lr=2e-3))
+            _TRAINED[(id(ds), steps, uid)] = compress_to_sparse(delta, None)
+    return [_TRAINED[(id(ds), steps, uid)] for uid in range(1, peers + 1)]
 
 
 def noisy_copy(victim: Update, seed: int, level: float = 0.5) -> Update:

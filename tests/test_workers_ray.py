@@ -53,32 +53,33 @@ class KilledOnce(Replica):
         return super().evaluate(task, job)
 
 
-class HangsOnce(Replica):
-    def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
-        if _once(self, "hung-once"):
-            time.sleep(3600)
-        return super().evaluate(task, job)
+class EveryFaultOnce(Replica):
+    """Each way a worker is lost, once in the window, each on a peer of its own (the window's first
+    four uids, `TARGETS`): its process killed, silent past the deadline, out of memory, its archive
+    read failing (the bucket did not answer: the validator's fault)."""
 
-
-class ArchiveFailsOnce(Replica):
-    """The archive's first read fails (the bucket did not answer): the validator's fault."""
+    TARGETS = (1, 2, 3, 4)
 
     def __init__(self, spec: WorkerSpec) -> None:
         super().__init__(spec)
-        read = self.archive.get
+        read, self.failing_read = self.archive.get, False
 
         def get(digest: str) -> bytes:
-            if _once(self, "archive-once"):
+            if self.failing_read and _once(self, "archive-once"):
                 raise OSError("the bucket did not answer")
             return read(digest)
 
         self.archive.get = get  # type: ignore[method-assign]
 
-
-class OutOfMemoryOnce(Replica):
     def evaluate(self, task: WindowTask, job: WorkerJob) -> PeerEval:
-        if _once(self, "oom-once"):
+        killed, hung, oom, archive = self.TARGETS
+        if job.uid == killed and _once(self, "killed-once"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        if job.uid == hung and _once(self, "hung-once"):
+            time.sleep(3600)
+        if job.uid == oom and _once(self, "oom-once"):
             raise OutOfMemory("OutOfMemoryError: CUDA out of memory")
+        self.failing_read = job.uid == archive
         return super().evaluate(task, job)
 
 
@@ -135,28 +136,22 @@ def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_
 # well under a second alone, but a fresh worker's first one can take many times that.
 # A worker's own fault (its archive read, its memory) is no peer's: the job runs again, the archive's on
 # the same actor (counted against the window's cap on the validator's faults), the rest on a fresh one.
-@pytest.mark.parametrize(
-    ("replica", "kind", "deadline", "faults"),
-    [
-        (KilledOnce, "died", 600, 0),
-        (HangsOnce, "hung", 30, 0),
-        (ArchiveFailsOnce, "archive", 600, 1),
-        (OutOfMemoryOnce, "oom", 600, 0),
-    ],
-)
-def test_a_lost_worker_changes_nothing_committed(
-    ray_runtime: None, worker_run: DemoRunner, replica: type[Replica], kind: str, deadline: float, faults: int
+# Every kind in one window, each on a peer of its own: one pool and one deadline's wait, not four.
+def test_a_lost_worker_of_any_kind_changes_nothing_committed(
+    ray_runtime: None, worker_run: DemoRunner
 ) -> None:
     metrics = Metrics()
-    pool = _pool(worker_run, metrics, replica, deadline_s=deadline)
+    task, jobs = recorded_window(worker_run.round.ledger, 2)
+    assert set(EveryFaultOnce.TARGETS) <= {j.uid for j in jobs}
+    pool = _pool(worker_run, metrics, EveryFaultOnce, deadline_s=30)
     try:
-        out = pool.evaluate(*recorded_window(worker_run.round.ledger, 2))
+        out = pool.evaluate(task, jobs)
     finally:
         pool.close()
     assert not out.failed
     assert {uid: losses(ev) for uid, ev in out.evals.items()} == recorded(worker_run, 2)
-    assert _failures(metrics, kind) == 1
-    assert pool.faults == faults
+    assert [_failures(metrics, kind) for kind in ("died", "hung", "oom", "archive")] == [1, 1, 1, 1]
+    assert pool.faults == 1  # the archive's read alone is the validator's
 
 
 def test_a_peer_that_keeps_killing_workers_fails_alone(ray_runtime: None, worker_run: DemoRunner) -> None:
