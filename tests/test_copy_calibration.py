@@ -32,9 +32,9 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     return corpus_dataset(tmp_path_factory.mktemp("corpus"))
 
 
-# each peer's update trained once per module (training is most of this module's time; no test
-# changes an update in place)
-_TRAINED: dict[tuple[int, int, int], Update] = {}
+# each peer's update trained once per dataset (training is most of this module's time, and of
+# test_echo's; no test changes an update in place). The dataset is kept with it: its id is not reused
+_TRAINED: dict[tuple[int, int, int], tuple[Dataset, Update]] = {}
 
 
 def honest_updates(ds: Dataset, steps: int, peers: int) -> list[Update]:
@@ -43,8 +43,8 @@ def honest_updates(ds: Dataset, steps: int, peers: int) -> list[Update]:
         if (id(ds), steps, uid) not in _TRAINED:
             pages = assigned_pages(1, uid, public_seed="calibration", n_pages=8, dataset=ds)
             delta = train_inner(model, batches(ds, pages, 8), InnerConfig(steps=steps, lr=2e-3))
-            _TRAINED[(id(ds), steps, uid)] = compress_to_sparse(delta, None)
-    return [_TRAINED[(id(ds), steps, uid)] for uid in range(1, peers + 1)]
+            _TRAINED[(id(ds), steps, uid)] = ds, compress_to_sparse(delta, None)
+    return [_TRAINED[(id(ds), steps, uid)][1] for uid in range(1, peers + 1)]
 
 
 def noisy_copy(victim: Update, seed: int, level: float = 0.5) -> Update:
