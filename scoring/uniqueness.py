@@ -99,15 +99,18 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
     rng = np.random.default_rng(seed)
     blocks = sample_blocks(peers[0].update, cfg, rng) if len(peers) >= 2 else []
     if not blocks or (uncalibrated and cfg.calibrate):
-        return CopyCheck(sorted(findings, key=lambda f: (f.offender, f.other)))
+        return _unmeasured(sorted(findings, key=lambda f: (f.offender, f.other)), peers)
     idx, val = sampled([p.update for p in peers], blocks)
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)
     if uncalibrated:  # asked for raw tiers (calibrate=False): the overlap alone decides
-        return CopyCheck(_flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(estimates)))
+        return _unmeasured(
+            _flagged(peers, cfg, findings, dup_pairs, estimates, np.zeros_like(estimates)), peers
+        )
     # each group that sent one update takes part in the calibration once, through its first upload
     heads = tie_same_updates(peers, cfg, estimates, findings, dup_pairs)
     if len(heads) < 3:  # one update sent by most of the window: nothing else to calibrate against
-        return CopyCheck(_measured(sorted(findings, key=lambda f: (f.offender, f.other)), peers, cfg))
+        found = _measured(sorted(findings, key=lambda f: (f.offender, f.other)), peers, cfg)
+        return _unmeasured(found, [peers[i] for i in heads])
     judged = [peers[i] for i in heads]
     idx, val, estimates = idx[heads], val[heads], estimates[np.ix_(heads, heads)]
     unproven = _unproven(judged)
@@ -146,6 +149,15 @@ def _examine(peers: Sequence[PeerPayload], cfg: UniquenessConfig, seed: int) -> 
             first[(pa.hotkey, pb.hotkey)] = pa.hotkey if pa.clearly_before(pb) else pb.hotkey
     keys = tuple(sorted(p.hotkey for p in peers))
     return CopyCheck(flagged, keys, dict(sorted(resembling.items())), dict(sorted(first.items())))
+
+
+def _unmeasured(findings: list[CopyFinding], peers: Sequence[PeerPayload]) -> CopyCheck:
+    """A window whose check measures no resemblance (fewer than three peers or distinct updates, or
+    nothing to sample): `peers` not caught are compared, so the links among them fade as in any
+    window where they resemble nothing. They froze there, as they did with a consensus of fewer
+    than three (below): an honest peer tied to a partner stayed left out beside it."""
+    caught = offences(findings)
+    return CopyCheck(findings, tuple(sorted(p.hotkey for p in peers if p.hotkey not in caught)))
 
 
 def _flagged(

@@ -114,3 +114,17 @@ def test_the_closed_form_reads_each_outside_pair_as_the_consensus_plus_its_partn
             want = (ri @ rj) / (torch.linalg.vector_norm(ri) * torch.linalg.vector_norm(rj))
             assert math.isclose(float(got[i, j]), float(want), abs_tol=1e-12)
     assert torch.equal(got, got.T)
+
+
+def test_a_window_that_measures_nothing_fades_the_links_among_its_distinct_updates() -> None:
+    """Most of a window sent one update (two distinct ones in all), or only two peers sent anything:
+    the check measures no resemblance, and the links among the peers it saw froze there."""
+    base = _window(np.random.default_rng(7), ["a", "b", "h1"], 0.0)
+    crowd = [replace(base[0], hotkey=f"s{i}", timestamp=9.0 + i) for i in range(3)]  # a's bytes, unsighted
+    links = {"a": {"b": 0.2}, "b": {"a": 0.2}}
+    cfg = LinkConfig()
+    for peers in ([base[0], base[1], *crowd], base[:2]):
+        check = examine_copies(peers, EVERY_PAIR, seed=7)
+        assert {"a", "b"} <= set(check.compared) and not check.resemblances
+        after = update_links(links, check.compared, check.resemblances, cfg)
+        assert math.isclose(after["a"]["b"], 0.2 - cfg.reference)
