@@ -137,13 +137,14 @@ def test_two_workers_commit_what_one_process_computes(ray_runtime: None, worker_
 # A worker's own fault (its archive read, its memory) is no peer's: the job runs again, the archive's on
 # the same actor (counted against the window's cap on the validator's faults), the rest on a fresh one.
 # Every kind in one window, each on a peer of its own: one pool and one deadline's wait, not four.
+# The deadline now also covers three retries on fresh workers: 45 s, not the hang case's own 30 s.
 def test_a_lost_worker_of_any_kind_changes_nothing_committed(
     ray_runtime: None, worker_run: DemoRunner
 ) -> None:
     metrics = Metrics()
     task, jobs = recorded_window(worker_run.round.ledger, 2)
     assert set(EveryFaultOnce.TARGETS) <= {j.uid for j in jobs}
-    pool = _pool(worker_run, metrics, EveryFaultOnce, deadline_s=30)
+    pool = _pool(worker_run, metrics, EveryFaultOnce, deadline_s=45)
     try:
         out = pool.evaluate(task, jobs)
     finally:
