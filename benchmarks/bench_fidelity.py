@@ -97,6 +97,7 @@ VARIANTS = {
     "lazy_crowd": f"{HONEST},lazy:6",
     "echo": f"{HONEST},echo:1",  # proven, then the mean of the others' updates (scoring/echo.py)
     "echo_noisy": f"{HONEST},echo_noisy:1",  # the same plus noise at twice its norm: a share of its own
+    "frontrun_noisy": f"{HONEST},frontrun_noisy:1",  # frontrun_proven, its noise at 1× the update's RMS
 }
 TARGETS = {
     "coverage": 1.0,

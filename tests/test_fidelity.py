@@ -50,6 +50,7 @@ def test_graded_behaviours_are_built_in_with_known_contribution() -> None:
         "sandbag_matched",
         "shrunk",
         "lapsed",
+        "frontrun_noisy",
     }
     assert set(HONEST_CONTRIBUTION) | new <= set(BUILTIN)
 

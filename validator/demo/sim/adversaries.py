@@ -23,6 +23,7 @@ from validator.demo.sim.craft import (
     resign,
     total_norm,
     train_partial,
+    with_noise,
 )
 
 
@@ -262,12 +263,16 @@ class Frontrun:
     honest_windows: int = 0
     victim_joins: int = 0
     delay_s: float = HONEST_DELAY_S / 5
+    noise: float = 0.0  # dense noise at this × the stolen update's RMS: its positions then look its own
 
     def submit(self, ctx: PeerContext) -> Submission | None:
         done = ctx.count_window()
         stolen = None
         if done >= self.victim_joins:
-            stolen = ctx.encode(ctx.train(ctx.assigned(uid=self.victim)), buffer="victim_feedback")
+            delta = with_noise(
+                ctx.train(ctx.assigned(uid=self.victim)), self.noise, ctx.window * 977 + ctx.uid
+            )
+            stolen = ctx.encode(delta, buffer="victim_feedback")
         if done < self.honest_windows or stolen is None:
             return Submission(ctx.encode(ctx.train()), HONEST_DELAY_S)
         return Submission(stolen, self.delay_s)
@@ -284,6 +289,8 @@ FRONTRUN_PROVEN = Frontrun(name="frontrun_proven", honest_windows=3)
 # the same against a newcomer that joins as the frontrunner has proven itself (uid 1 must be a
 # `newcomer`: not in the mixed run, whose uid 1 publishes from the first window)
 FRONTRUN_NEWCOMER = Frontrun(name="frontrun_newcomer", honest_windows=3, victim_joins=3)
+# the proven frontrunner with noise at 1× the update's RMS: no copy finding, no link (open, issue 12)
+FRONTRUN_NOISY = Frontrun(name="frontrun_noisy", honest_windows=3, noise=1.0)
 
 ADVERSARIES = (
     NoisyCopy(), BoostedCopy(), Blend(), Split(), StaleCopy(), Collude(), Poison(), Sandbag(),

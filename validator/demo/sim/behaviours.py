@@ -14,7 +14,7 @@ import safetensors.numpy
 import torch
 
 from scoring.model import LlamaModel
-from validator.demo.sim.adversaries import ADVERSARIES, FRONTRUN_NEWCOMER
+from validator.demo.sim.adversaries import ADVERSARIES, FRONTRUN_NEWCOMER, FRONTRUN_NOISY
 from validator.demo.sim.context import Behaviour, PeerContext, Submission
 from validator.demo.sim.craft import (
     COPY_DELAY_S,
@@ -212,6 +212,6 @@ class Malformed:
 
 _ALL: tuple[Behaviour, ...] = (
     Honest(), *GRADED, Lazy(), Copycat(), Replay(), Noise(), Scaled(), Stale(), Late(), Malformed(),
-    FreeRider(), *ADVERSARIES, Newcomer(), FRONTRUN_NEWCOMER,
+    FreeRider(), *ADVERSARIES, Newcomer(), FRONTRUN_NEWCOMER, FRONTRUN_NOISY,
 )  # fmt: skip
 BUILTIN: dict[str, Behaviour] = {b.name: b for b in _ALL}

@@ -93,3 +93,14 @@ def total_norm(delta: Mapping[str, torch.Tensor]) -> float:
     return float(
         torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.float()) for t in delta.values()]))
     )
+
+
+def with_noise(delta: Mapping[str, torch.Tensor], level: float, seed: int) -> Dense:
+    """`delta` plus Gaussian noise at `level` × each tensor's RMS, before compression (none at 0)."""
+    if level == 0.0:
+        return dict(delta)
+    g = torch.Generator().manual_seed(seed)
+    return {
+        n: t + torch.randn(t.shape, generator=g) * level * float(t.pow(2).mean().sqrt())
+        for n, t in delta.items()
+    }
