@@ -197,7 +197,8 @@ class CopyPairOut(Schema):
     overlap: float = Field(description="exact for the finding that rejected its offender, else sampled")
     sign_agreement: float
     offender: str
-    similarity: float = Field(description="residual similarity beyond the window's consensus update")
+    similarity: float = Field(description="residual similarity beyond the window's consensus update (under "
+        "0.1: a closest pair whose readings say one update holds the other's training)")  # fmt: skip
     baseline: float = Field(description="the window's typical overlap the pair's excess is measured from")
     clear: bool = Field(description="false: upload order unclear, nobody penalised, one aggregated")
     authorship_a: float | None = Field(None, description="page t on a's pages of b's update (null: not read)")

@@ -34,6 +34,7 @@ class UniquenessConfig:
     sketch_bits: int = 14
     candidate_margin: float = 0.1
     same_update: float = 0.9  # estimated overlap of one update sent twice (scoring/same_update.py)
+    watch: int = 2  # the closest unflagged pairs offered to the readings (scoring/uniqueness.py `_closest`)
 
     def __post_init__(self) -> None:
         if self.chunk <= 0 or not 0 < self.topk <= self.chunk:
@@ -48,6 +49,8 @@ class UniquenessConfig:
             raise ValueError("need 0 <= candidate_margin < halve_at")
         if not 0.0 < self.same_update <= 1.0:
             raise ValueError("need 0 < same_update <= 1")
+        if self.watch < 0:
+            raise ValueError("watch must be >= 0")
 
     def tier(self, overlap: float) -> CopyTier:
         if overlap >= self.ban_at:

@@ -16,6 +16,7 @@ from scoring.authorship import NO_READINGS, Readings, claim_gap, crowd_lead
 from scoring.copy_config import CopyTier, UniquenessConfig
 from scoring.same_update import same_update_groups
 from scoring.similarity import exact_overlap
+from scoring.twins import OWNERSHIP_MARGIN, owners
 from scoring.types import Reason, SparseParam
 
 
@@ -124,6 +125,71 @@ def convict(
         confirmed = gap is not None and gap >= margin + crowd_lead(tests[f.offender])
         out.append(f if not f.clear or confirmed else unclear(f))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A pair no finding names whose residuals were among the window's closest, hotkeys sorted
+    (scoring/uniqueness.py `_closest`): its updates are read on each other's pages when the
+    window's readings leave room (validator/round/cross.py)."""
+
+    a: str
+    b: str
+    similarity: float
+    overlap: float  # the sampled chunks' estimate
+
+
+# How near a sender's update must read on another peer's pages to that peer's own update (page-test
+# t) to hold its training. An honest update on another honest peer's pages reads the part every
+# update gains there; the peer's own update reads that plus its training: 0.63 … 3.28 t more (mean
+# 1.8) over the closest honest pair of each window of `bench_fidelity`'s `honest_only` (seed 0,
+# docs/fidelity-log.md). One update sent twice reads near on both sides; the noisy frontrunner's
+# pair read −0.03 and −0.22 in the window it was held.
+HOLD_SLACK = 0.5
+
+
+def held_findings(
+    watched: Sequence[Watched],
+    findings: Sequence[CopyFinding],
+    page_t: Mapping[str, float],
+    readings: Readings,
+    slack: float = HOLD_SLACK,
+) -> list[CopyFinding]:
+    """The watched pairs whose readings say that one sender's update holds the other's training and
+    nothing of its own: each update reads on the other's pages within `slack` of the other's own
+    update (one update, sent twice), and the holder's claim reads at least `OWNERSHIP_MARGIN` under
+    the other's (`claim_gap`: the own tests and the readings agree on the author). Each becomes an
+    unclear finding (nobody is penalised) when, beside the window's other unclear findings,
+    scoring/twins.py `owners` leaves the holder out: one that would not decide would make the pair
+    twins of which the better rated is kept, the author possibly not.
+
+    Both directions: on one side only, two full honest peers were held (`weak_half`, seed 1, window
+    7). One read its partner's pages within 0.47 t of the partner's own update (a page set on which
+    every update gains), while its own pages read its update 2.44 t over the partner's."""
+    held = []
+    for w in watched:
+        for x, p in ((w.a, w.b), (w.b, w.a)):
+            if _holds(x, p, page_t, readings, slack):
+                held.append(
+                    (p, unclear(CopyFinding(p, x, w.overlap, CopyTier.NONE, Reason.COPY, w.similarity)))
+                )
+    pairs = [(f.other, f.offender) for f in [*findings, *(f for _, f in held)] if not f.clear]
+    out = owners(pairs, page_t, readings)
+    return [f for holder, f in held if holder in out]
+
+
+def _holds(x: str, p: str, page_t: Mapping[str, float], readings: Readings, slack: float) -> bool:
+    """Does p's update hold x's training, and nothing of its own (`held_findings`)?"""
+    if not (_near(x, p, page_t, readings, slack) and _near(p, x, page_t, readings, slack)):
+        return False
+    gap = claim_gap(p, x, page_t, readings)
+    return gap is not None and gap >= OWNERSHIP_MARGIN
+
+
+def _near(x: str, p: str, page_t: Mapping[str, float], readings: Readings, slack: float) -> bool:
+    """Does p's update read on x's pages within `slack` of x's own update?"""
+    own, read = page_t.get(x), readings.get((x, p))
+    return own is not None and read is not None and read >= own - slack
 
 
 def _decides(first: PeerPayload, later: PeerPayload) -> bool:

@@ -50,3 +50,15 @@ def test_what_each_offender_is_rejected_for_is_always_recorded() -> None:
     findings = [clear("5X", "5A", 0.5), clear("5X", "5B", 0.9), clear("5C", "5A", 0.95)]
     records = copy_pair_records(findings, per_peer=1)
     assert ("5A", "5X") in {(r.hotkey_a, r.hotkey_b) for r in records}
+
+
+def test_every_pair_read_on_each_others_pages_is_recorded() -> None:
+    """Replay reads exactly the readings stored with the window's pairs (validator/round/cross.py):
+    a read pair dropped past `per_peer` lost its readings, and replay then decided without them
+    what the live round had decided with them."""
+    findings = [_finding("5A", "5B", 0.9), _finding("5C", "5D", 0.8), _finding("5A", "5D", 0.1)]
+    shown = {(r.hotkey_a, r.hotkey_b) for r in copy_pair_records(findings, per_peer=1)}
+    assert ("5A", "5D") not in shown
+    read = {("5A", "5D"): 1.5, ("5D", "5A"): -0.2}  # the weakest pair's updates were read
+    records = {(r.hotkey_a, r.hotkey_b): r for r in copy_pair_records(findings, read, per_peer=1)}
+    assert (records[("5A", "5D")].authorship_a, records[("5A", "5D")].authorship_b) == (1.5, -0.2)

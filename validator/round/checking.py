@@ -13,7 +13,7 @@ import structlog
 
 from scoring.authorship import Readings
 from scoring.copy_config import CopyTier
-from scoring.copy_findings import convict
+from scoring.copy_findings import convict, held_findings
 from scoring.decoder import Expected
 from scoring.echo import find_echoes
 from scoring.lazy_update import judge_submission
@@ -175,6 +175,12 @@ def convict_copies(
     finding is unclear. The readings stay with the findings, for the selection and the proof. A
     convicted peer keeps its evaluation: it is recorded, and replay re-derives the conviction."""
     findings = convict(copies.findings, page_t, readings)
+    held = held_findings(copies.watched, findings, page_t, readings)
+    findings = sorted([*findings, *held], key=lambda f: (f.offender, f.other))
+    # a watched pair's readings are kept only where they found something: replay reads exactly the
+    # readings stored with the window's pairs, and a group of twins reads every reading among them
+    named = {(f.offender, f.other) for f in findings} | {(f.other, f.offender) for f in findings}
+    readings = {pair: t for pair, t in readings.items() if pair in named}
     worst = offences(findings)
     out = []
     for p in peers:

@@ -1,5 +1,7 @@
 """Each flagged pair's updates read on the other sender's pages: the readings behind authorship
-(scoring/authorship.py), measured after the window's evaluation and before the conviction.
+(scoring/authorship.py), measured after the window's evaluation and before the conviction. Room
+left after them goes to the window's closest pairs no finding names (scoring/uniqueness.py
+`_closest`): a copy that dodged the tiers is read there (scoring/copy_findings.py `held_findings`).
 
 For a pair (x, p) whose payloads differ, p's update is evaluated as if x had sent it (x's assigned
 pages, the window's held-out pages) and its page test t is the reading (x, p); both directions of a
@@ -23,7 +25,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from scoring.authorship import Pair
-from scoring.copy_findings import CopyFinding
+from scoring.copy_findings import CopyFinding, Watched
 from scoring.page_test import own_t
 from scoring.twins import OWNERSHIP_MARGIN
 from validator.round.evaluation import EvalSetup, HeldOut, evaluate_chosen
@@ -47,14 +49,18 @@ def wanted_readings(
     findings: Sequence[CopyFinding],
     page_t: Mapping[str, float],
     plan: ReadingPlan,
+    watched: Sequence[Watched] = (),
 ) -> list[Pair]:
     """The readings (x, p) the window takes, both directions of each pair `to_read` puts within the
-    plan's limit; `page_t`: the window's page tests (validator/round/outcomes.py `page_tests`).
-    Given `recorded` (replay: the readings the window stored), only those of them."""
+    plan's limit, then of the `watched` pairs (the closest no finding names, scoring/uniqueness.py)
+    while room is left; `page_t`: the window's page tests (validator/round/outcomes.py
+    `page_tests`). Given `recorded` (replay: the readings the window stored), only those of them."""
     evaluated = _evaluated(peers)
     limit = readings_limit(plan.share, len(evaluated))
     limit = limit if plan.cap is None else min(limit, plan.cap)
-    pairs = to_read(findings, evaluated, page_t, plan.proven)[: limit // 2]
+    flagged = to_read(findings, evaluated, page_t, plan.proven)
+    close = [(w.a, w.b) for w in watched if _readable(evaluated, w.a, w.b)]
+    pairs = [*flagged, *(pair for pair in close if pair not in flagged)][: limit // 2]
     wanted = [d for a, b in pairs for d in ((a, b), (b, a))]
     return wanted if plan.recorded is None else [d for d in wanted if d in plan.recorded]
 
@@ -138,12 +144,17 @@ def to_read(
     order = sorted(findings, key=stake)
     out: list[Pair] = []
     for f in order:
-        a, b = evaluated.get(f.offender), evaluated.get(f.other)
-        if a is None or b is None or a.update is None or b.update is None or _one_payload(a, b):
+        if not _readable(evaluated, f.offender, f.other):
             continue
         if (f.offender, f.other) not in out and (f.other, f.offender) not in out:
             out.append((f.offender, f.other))
     return out
+
+
+def _readable(evaluated: Mapping[str, PeerWindow], x: str, p: str) -> bool:
+    """Both senders evaluated, with different payloads (one payload needs no reading)."""
+    a, b = evaluated.get(x), evaluated.get(p)
+    return not (a is None or b is None or a.update is None or b.update is None or _one_payload(a, b))
 
 
 def _one_payload(a: PeerWindow, b: PeerWindow) -> bool:

@@ -2,9 +2,10 @@
 
 decode → replays → empty updates and outliers → copies (suspects) → recycled work → echoes → clip
 reference → residual sketches (validator/round/drift.py) → held-out → evaluate → flagged pairs'
-updates read on each other's pages (validator/round/cross.py) → convict suspected copiers → rate →
-select. The live round decodes while it downloads, so its peers arrive judged and the decode step
-finds nothing left to do; replay hands in the archived bytes and decodes them here.
+updates read on each other's pages, then the closest unflagged pairs' (validator/round/cross.py) →
+convict suspected copiers, find updates sent twice among the closest → rate → select. The live
+round decodes while it downloads, so its peers arrive judged and the decode step finds nothing left
+to do; replay hands in the archived bytes and decodes them here.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def _wanted(
 ) -> list[Pair]:
     # the budget asked after the evaluation: what the time left affords (kept for the readings)
     plan = ReadingPlan(ctx.cfg.eval.cross_share, proven, inputs.budget(), inputs.read)
-    return wanted_readings(peers, copies.findings, t, plan)
+    return wanted_readings(peers, copies.findings, t, plan, copies.watched)
 
 
 def _unjudged(peers: Sequence[PeerWindow]) -> tuple[list[PeerWindow], CopyCheck, dict[str, float]]:

@@ -146,8 +146,10 @@ def copy_pair_records(
     first). All of them were recorded: a crowd of g groups of jittered copies from stores the polls
     cannot see flags n²/2g pairs, nobody penalised, and 256 identities in 2 groups wrote 15,252 rows,
     7 MB, every window. The findings themselves, which the selection reads, are all kept."""
-    # what each offender is rejected for is always shown
+    # what each offender is rejected for is always shown, and every pair whose updates were read on
+    # each other's pages: replay reads exactly the readings stored here (validator/round/cross.py)
     decisive = {id(f) for f in offences(findings).values()}
+    decisive |= {id(f) for f in findings if (f.offender, f.other) in readings}
 
     def strength(f: CopyFinding) -> tuple[bool, bool, int, float, float, str, str]:
         return id(f) not in decisive, not f.clear, -f.tier, -f.similarity, -f.overlap, f.offender, f.other
