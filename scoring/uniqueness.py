@@ -172,13 +172,17 @@ def _closest(
     against −0.10 … −0.15, `frontrun_noisy`): the closest pair is where a copy that dodged the
     tiers is (scoring/copy_findings.py `held_findings` says what its readings decide)."""
     named = {frozenset((f.offender, f.other)) for f in flagged}
-    pairs: list[tuple[float, str, str, float]] = []
-    for i in range(len(peers)):
-        for j in range(i + 1, len(peers)):
-            a, b = sorted((peers[i].hotkey, peers[j].hotkey))
-            if peers[i].digest != peers[j].digest and frozenset((a, b)) not in named:
-                pairs.append((-float(similarity[i, j]), a, b, float(estimates[i, j])))
-    return tuple(Watched(a, b, -neg, overlap) for neg, a, b, overlap in sorted(pairs)[:n])
+    rows, cols = np.triu_indices(len(peers), k=1)
+    out: list[Watched] = []
+    for k in np.argsort(-similarity[rows, cols], kind="stable"):  # most similar first
+        if len(out) >= n:
+            break
+        i, j = int(rows[k]), int(cols[k])
+        a, b = peers[i], peers[j]
+        if a.digest != b.digest and frozenset((a.hotkey, b.hotkey)) not in named:
+            first, second = sorted((a.hotkey, b.hotkey))
+            out.append(Watched(first, second, float(similarity[i, j]), float(estimates[i, j])))
+    return tuple(out)
 
 
 def _unmeasured(findings: list[CopyFinding], peers: Sequence[PeerPayload]) -> CopyCheck:

@@ -60,7 +60,7 @@ def wanted_readings(
     limit = limit if plan.cap is None else min(limit, plan.cap)
     flagged = to_read(findings, evaluated, page_t, plan.proven)
     close = [(w.a, w.b) for w in watched if _readable(evaluated, w.a, w.b)]
-    pairs = [*flagged, *(pair for pair in close if pair not in flagged)][: limit // 2]
+    pairs = [*flagged, *close][: limit // 2]  # a watched pair is one no finding names
     wanted = [d for a, b in pairs for d in ((a, b), (b, a))]
     return wanted if plan.recorded is None else [d for d in wanted if d in plan.recorded]
 
