@@ -125,6 +125,7 @@ class DemoRunner:
         )
         model = load_model(self.settings, self.dataset)
         rnd, state = build_round(self.settings, link, dataset=self.dataset, model=model, start_window=1)
+        rnd = replace(rnd, paced=False)  # the simulated chain waits for the validator (Round.paced)
         return (rnd if self.hook is None else replace(rnd, hook=self.hook)), state
 
     @property
