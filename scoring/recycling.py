@@ -88,9 +88,16 @@ def find_recycled(
     if not rows or len(current) + len(rows) < 3:  # nothing to calibrate against
         return {}
     idx, val = sampled([u for _, u in current], blocks)
-    idx = np.vstack([idx, np.stack([e.idx for e in rows])])
-    val = np.vstack([val, np.stack([e.val for e in rows])])
-    n = len(current)
+    # one row for each distinct sampled update, mapped back to every sender of it below: eight copies
+    # of one update weighed eight times in the consensus the residuals are read against, which then
+    # pulled every other update's residual the same way (an honest update read 0.15 against an
+    # honest one of the window before and was rejected: bench_fidelity's copy_crowd, 2.0275 variant)
+    rows_of, first = _distinct(idx, val)
+    idx = np.vstack([idx[first], np.stack([e.idx for e in rows])])
+    val = np.vstack([val[first], np.stack([e.val for e in rows])])
+    n = len(first)
+    if n + len(rows) < 3:  # distinct updates: too few to calibrate against
+        return {}
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)[:n, n:]
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)[:n, n:]
     baseline = float(np.clip(np.median(estimates), 0.0, 0.99))
@@ -99,17 +106,28 @@ def find_recycled(
     pick = similarity >= cfg.similarity_floor
     worst: dict[str, Recycled] = {}
     for i, j in zip(*np.nonzero(pick), strict=True):
-        hotkey, source = current[int(i)][0], rows[int(j)]
+        source = rows[int(j)]
         sim = float(similarity[i, j])
         tier = cfg.tier(max(float(excess[i, j]), sim))
         if tier is CopyTier.NONE:
             continue
         overlap = _sampled_overlap(idx[i], val[i], idx[n + j], val[n + j])
-        found = Recycled(hotkey, source.hotkey, source.window, overlap, sim, tier)
-        best = worst.get(hotkey)
-        if best is None or (found.tier, found.similarity) > (best.tier, best.similarity):
-            worst[hotkey] = found
+        for k in rows_of[int(i)]:
+            hotkey = current[k][0]
+            found = Recycled(hotkey, source.hotkey, source.window, overlap, sim, tier)
+            best = worst.get(hotkey)
+            if best is None or (found.tier, found.similarity) > (best.tier, best.similarity):
+                worst[hotkey] = found
     return dict(sorted(worst.items()))
+
+
+def _distinct(idx: npt.NDArray[np.int64], val: npt.NDArray[np.float32]) -> tuple[list[list[int]], list[int]]:
+    """The senders of each distinct sampled row (in order of first appearance), and each one's first."""
+    groups: dict[bytes, list[int]] = {}
+    for k in range(idx.shape[0]):
+        groups.setdefault(idx[k].tobytes() + val[k].tobytes(), []).append(k)
+    senders = list(groups.values())
+    return senders, [g[0] for g in senders]
 
 
 def _sampled_overlap(

@@ -8,6 +8,7 @@ last update with noise added and re-sparsified are caught; honest peers never ar
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from scoring.recycling import Earlier, EarlierRows, find_recycled
 from scoring.similarity import Block, sampled
 from scoring.train import InnerConfig, train_inner
 from scoring.types import SparseParam
-from scoring.uniqueness import CopyTier
+from scoring.uniqueness import CopyTier, UniquenessConfig
 
 Update = dict[str, SparseParam]
 Dense = dict[str, torch.Tensor]
@@ -130,6 +131,30 @@ def test_last_windows_updates_under_a_new_digest_are_caught(dataset: Dataset) ->
         assert found["noisy_stale"].source == "p3" and found["noisy_stale"].overlap < 0.5
         assert found["self_replay"].source == "p4"
         assert found["free_rider"].tier >= CopyTier.HALVE
+
+
+@pytest.mark.parametrize("crowd", [8, 16])
+def test_a_crowd_of_one_update_frames_no_honest_peer_and_hides_no_recycler(
+    dataset: Dataset, crowd: int
+) -> None:
+    """Identical updates count once in the consensus the residuals are read against: `crowd` copies of
+    one honest update of this window pulled every other residual their way. Here that lifts the
+    honest updates' similarity to last window's from about −0.1 to +0.07 … +0.09, under the default
+    floor (0.1); in bench_fidelity's copy_crowd (four honest peers, the 2.0275 variant) an honest
+    update read 0.15 against an honest one of the window before and was rejected as recycled. At a
+    floor and first tier of 0.05 the crowd's pull alone rejects honest peers on the code before.
+    Every sender of a recycled update is named, however many send it."""
+    first, second, _ = two_windows(dataset, 20, peers=5)
+    strict = replace(UniquenessConfig(), similarity_floor=0.05, halve_at=0.05, candidate_margin=0.04)
+    copies = [(f"copy{i}", second[0]) for i in range(crowd)]
+    stale = perturbed(first[2], 1)
+    recyclers = [("stale_a", stale), ("stale_b", stale)]  # one recycled update, sent twice
+    for seed in range(3):
+        assert find_recycled(current(second), earlier(first), strict, seed=seed) == {}
+        assert find_recycled(current(second) + copies, earlier(first), strict, seed=seed) == {}
+        found = find_recycled(current(second) + copies + recyclers, earlier(first), seed=seed)
+        assert set(found) == {"stale_a", "stale_b"}, found
+        assert found["stale_a"] == replace(found["stale_b"], offender="stale_a")
 
 
 def test_nothing_to_compare_finds_nothing(dataset: Dataset) -> None:
