@@ -173,13 +173,9 @@ def paired_t(
     reference being those partners' best less what the best of that many reads by chance, floored
     at 0 (a partner whose pages the update harms must not lift it). An author beside a proven
     frontrunner proves, more slowly (2.3 / √2 a window for a full honest peer); a copier's evidence
-    falls. An unproven partner counts only where its own test reads `OWNERSHIP_MARGIN` over the
-    sender's, plus what the best of that many unproven partners reads by chance: counted always, two
-    peers in their warm-up tied by a blend each read their proof against it, and one was aggregated
-    from window 7 instead of 4 (`blend` under seed 1, coverage 0.75); not counted at all, in the
-    mixed run (seed 0, the 2.0275 variant) a blend of an honest and a colluding update, both as
-    unproven as itself, proved on its own tests of windows 1-3 (1.20, 2.33, 0.47; its partner's
-    3.75, 3.10, 2.38) and was aggregated in window 5.
+    falls. Unproven partners do not count: two peers in their warm-up tied by a blend each read
+    their proof against it, and one was aggregated from window 7 instead of 4 (`blend` under seed 1,
+    coverage 0.75).
 
     The readings of each update on the other's pages (scoring/authorship.py) are not used here:
     taking the lower of the two readings kept a full honest peer falsely paired with another
@@ -188,13 +184,8 @@ def paired_t(
     own pages still proves on its own raised test (open)."""
     out = dict(page_t)
     for key, others in partners(pairs).items():
-        if key not in unproven or key not in page_t:
-            continue
         read = [page_t[j] for j in others if j in page_t and j not in unproven]
-        peers = [page_t[j] for j in others if j in page_t and j in unproven]
-        bar = page_t[key] + OWNERSHIP_MARGIN + crowd_lead(len(peers))
-        read += [t for t in peers if t >= bar]  # the pair's own tests name the partner the author
-        if read:
+        if key in unproven and key in page_t and read:
             reference = max(0.0, max(read) - crowd_lead(len(read)))
             out[key] = (page_t[key] - reference) / math.sqrt(2.0)
     return out
