@@ -88,7 +88,7 @@ class Round:
     hook: Hook = no_hook  # called after each stage; tests inject crashes here
     # the evaluation budget follows the time left in the window (a live validator). The demo and the
     # benchmarks run windows back to back off a simulated chain: there only `eval.budget` binds, so
-    # what they measure does not move with the machine's load (a starved run once took no readings)
+    # what they measure does not move with the machine's load (a starved run left a newcomer unevaluated)
     paced: bool = True
 
 
