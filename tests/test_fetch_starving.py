@@ -194,7 +194,9 @@ def test_peers_aggregated_lately_are_fetched_ahead_of_a_crowd_of_slow_stores(sto
     requests = [*crowd, proven]
     assert fetch_order(5, 0)[-1] == 4  # drawn last
     late = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=2.5, seed=0))
-    assert late[-1].reason == Reason.NOT_ATTEMPTED  # behind the crowd, as before
+    # behind the crowd, as before: never reached, or reached only as the deadline cuts it (which of
+    # the two depends on when each trickling store gives up: a clean clone's run read fetch_failed)
+    assert late[-1].status != Status.OK and late[-1].reason in (Reason.NOT_ATTEMPTED, Reason.FETCH_FAILED)
     ahead = asyncio.run(Fetcher(config).fetch_all(requests, deadline_s=2.5, seed=0, first={"proven"}))
     assert ahead[-1].status == Status.OK
     assert fetch_order(6, 7, first=[4, 1]) == [i for i in fetch_order(6, 7) if i in (1, 4)] + [
