@@ -85,7 +85,7 @@ def find_recycled(
     rng = np.random.default_rng(seed)
     blocks = sample_blocks(current[0][1], cfg, rng)
     rows = earlier(blocks) if blocks else []
-    if not rows or len(current) + len(rows) < 3:  # nothing to calibrate against
+    if not rows:  # nothing to compare with
         return {}
     idx, val = sampled([u for _, u in current], blocks)
     # one row for each distinct sampled update, mapped back to every sender of it below: eight copies
@@ -96,7 +96,7 @@ def find_recycled(
     idx = np.vstack([idx[first], np.stack([e.idx for e in rows])])
     val = np.vstack([val[first], np.stack([e.val for e in rows])])
     n = len(first)
-    if n + len(rows) < 3:  # distinct updates: too few to calibrate against
+    if n + len(rows) < 3:  # too few distinct updates to calibrate against
         return {}
     estimates = estimate_overlaps(idx, val, cfg.sketch_bits, rng)[:n, n:]
     similarity = residual_similarity(idx, val, cfg.sketch_bits, rng)[:n, n:]
