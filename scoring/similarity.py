@@ -129,11 +129,12 @@ def residual_similarity(
     pairs_as_inside: bool = False,
 ) -> F64:
     """(P, P) cosine of the peers' residuals beyond the leave-one-out consensus (module docstring);
-    rows marked `outside` are compared but left out of every consensus. With `pairs_as_inside` a pair
-    of them is read as two peers in it are (`as_inside_pairs`): the links across windows read so. The
-    copy findings do not: between two peers that have not proven training a copy read 0.13-0.23 lower
-    so, and at 30 % of the slots copied one was missed (a review's reproducer), while honest pairs
-    outside read +0.08 on the demo's updates, under the copy floor (0.1)."""
+    rows marked `outside` are compared but left out of every consensus. A pair of one row inside and
+    one outside is read as two peers inside are (`mixed_pairs`). With `pairs_as_inside` a pair of
+    outside rows is too (`as_inside_pairs`): the links across windows read so. The copy findings do
+    not: between two peers that have not proven training a copy read 0.13-0.23 lower so, and at 30 %
+    of the slots copied one was missed (a review's reproducer), while honest pairs outside read +0.08
+    on the demo's updates, under the copy floor (0.1)."""
     unit = count_sketch(idx, val, bits, rng)
     unit /= torch.linalg.vector_norm(unit, dim=1, keepdim=True).clamp_min(1e-30)
     # Each peer counts in the consensus by how much it agrees with the plain mean: unrelated updates
@@ -147,6 +148,14 @@ def residual_similarity(
     if pairs_as_inside and left_out is not None and 2 <= int(left_out.sum()) < len(left_out):
         pairs_out = torch.nonzero(left_out).flatten()
     kept = None if pairs_out is None else (unit[pairs_out].clone(), weight[pairs_out].clone())
+    # an outside row's weight had it been inside, against the mean with its own update in it (`mixed_pairs`):
+    # an inside row's weight holds its own share of the mean, and without one an unproven partner
+    # weighed too little (honest pairs across the split still read +0.06 over the same pairs inside)
+    outside_weight = None
+    if left_out is not None and 0 < int(left_out.sum()) < len(left_out):
+        along = unit @ mean
+        joined = (mean @ mean + 2.0 * along + 1.0).clamp_min(1e-60).sqrt()
+        outside_weight = torch.where(left_out, ((along + 1.0) / joined).clamp_min(0.0), weight)
     if left_out is not None:
         weight[left_out] = 0.0
     # (P, D) matrices are the window's one per-peer cost here: each step works in place (the same
@@ -154,6 +163,11 @@ def residual_similarity(
     others = weight[:, None] * unit
     total = others.sum(0, keepdim=True)
     outside_pairs = None if kept is None else as_inside_pairs(*kept, total[0])
+    mixed = None
+    if left_out is not None and outside_weight is not None:
+        inside = torch.nonzero(~left_out).flatten()
+        out = torch.nonzero(left_out).flatten()
+        mixed = (inside, out, mixed_pairs(unit, outside_weight, total[0], inside, out))
     others.neg_().add_(total)  # each peer's consensus leaves it out
     others /= torch.linalg.vector_norm(others, dim=1, keepdim=True).clamp_min(1e-30)
     others *= (unit * others).sum(1, keepdim=True)
@@ -166,7 +180,44 @@ def residual_similarity(
     if outside_pairs is not None and pairs_out is not None:
         rows = pairs_out.numpy()
         gram[np.ix_(rows, rows)] = outside_pairs.numpy()
+    if mixed is not None:
+        inside_rows, outside_rows, block = mixed[0].numpy(), mixed[1].numpy(), mixed[2].numpy()
+        gram[np.ix_(inside_rows, outside_rows)] = block
+        gram[np.ix_(outside_rows, inside_rows)] = block.T
     return np.round(gram, 9)
+
+
+def mixed_pairs(
+    unit: torch.Tensor, weight: torch.Tensor, total: torch.Tensor, inside: torch.Tensor, out: torch.Tensor
+) -> torch.Tensor:
+    """(n_inside, n_outside) residual cosines of each pair of a row inside the consensus and one
+    outside it, read as two peers inside are: the inside peer i against its own consensus plus its
+    partner j (`total` − w_i u_i + w_j u_j, w_j the weight j would have inside), j against `total`,
+    which holds i already. Closed form from dot products, as `as_inside_pairs`. Read plainly, i's
+    consensus left j's update out while j's held i's: an honest pair of a proven and an unproven peer
+    read +0.19 over the same pair with both proven (`tests/test_mixed_pairs.py`), and in
+    `bench_fidelity`'s `weak_half` and mixed under seed 1 two full honest peers, one in its warm-up,
+    read 0.153 and 0.114 in window 4, over the copy floor (0.1): an unclear copy finding, and one of
+    the two was left out of the window's aggregate."""
+    u_in, u_out = unit[inside], unit[out]
+    w_in, w_out = weight[inside][:, None], weight[out][None, :]
+    gram = u_in @ u_out.T
+    t_in, t_out, tt = (u_in @ total)[:, None], (u_out @ total)[None, :], total @ total
+    # i's consensus with j: a = total − w_i u_i + w_j u_j; j's is total
+    norm_a = (
+        tt + w_in * w_in + w_out * w_out - 2.0 * w_in * t_in + 2.0 * w_out * t_out - 2.0 * w_in * w_out * gram
+    )
+    norm_a = norm_a.clamp_min(1e-60).sqrt()
+    norm_t = tt.clamp_min(1e-60).sqrt()
+    ui_a = (t_in - w_in + w_out * gram) / norm_a
+    uj_a = (t_out - w_in * gram + w_out) / norm_a
+    ui_t, uj_t = t_in / norm_t, t_out / norm_t
+    at = (tt - w_in * t_in + w_out * t_out) / (norm_a * norm_t)
+    dot = gram - uj_t * ui_t - ui_a * uj_a + ui_a * uj_t * at
+    left_i, left_j = 1.0 - ui_a * ui_a, 1.0 - uj_t * uj_t
+    empty = (left_i < 1e-12) | (left_j < 1e-12)
+    cos = torch.where(empty, 0.0, dot / (left_i.clamp_min(1e-12) * left_j.clamp_min(1e-12)).sqrt())
+    return cos.clamp_(-1.0, 1.0)
 
 
 def as_inside_pairs(unit: torch.Tensor, weight: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
