@@ -199,10 +199,12 @@ def mixed_pairs(
     `bench_fidelity`'s `weak_half` and mixed under seed 1 two full honest peers, one in its warm-up,
     read 0.153 and 0.114 in window 4, over the copy floor (0.1): an unclear copy finding, and one of
     the two was left out of the window's aggregate."""
-    u_in, u_out = unit[inside], unit[out]
+    # from the (P, P) Gram matrix and (P,) projections: indexing `unit` by rows would copy a (P, D)
+    # matrix, the window's one per-peer cost here (`residual_similarity`)
+    gram = (unit @ unit.T)[inside][:, out]
+    along = unit @ total
     w_in, w_out = weight[inside][:, None], weight[out][None, :]
-    gram = u_in @ u_out.T
-    t_in, t_out, tt = (u_in @ total)[:, None], (u_out @ total)[None, :], total @ total
+    t_in, t_out, tt = along[inside][:, None], along[out][None, :], total @ total
     # i's consensus with j: a = total − w_i u_i + w_j u_j; j's is total
     norm_a = (
         tt + w_in * w_in + w_out * w_out - 2.0 * w_in * t_in + 2.0 * w_out * t_out - 2.0 * w_in * w_out * gram
