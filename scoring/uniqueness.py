@@ -27,7 +27,9 @@ update (equal payloads, or the same positions with jittered values: scoring/same
 part once, through its first upload: in numbers it set the median pair and the consensus. Once
 `MIN_PROVEN` compared peers have proven their training, the median pair and the consensus are
 theirs alone (`_unproven`): identities are free, and a crowd of copies each re-compressed with
-noise of its own is not one update.
+noise of its own is not one update. A pair of a proven and an unproven peer is read as two proven
+peers are (scoring/similarity.py `mixed_pairs`): read plainly, honest pairs across the split read
++0.19 over the same pairs proven, and full honest peers in their warm-up were flagged.
 
 Direction. The offender is the later uploader, judged by the validator's own observation: a peer's
 upload lies in `(timestamp − resolution, timestamp]`; a is clearly first when `t_a <= t_b − res_b`
