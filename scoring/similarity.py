@@ -164,7 +164,7 @@ def residual_similarity(
     total = others.sum(0, keepdim=True)
     outside_pairs = None if kept is None else as_inside_pairs(*kept, total[0])
     mixed = None
-    if left_out is not None and outside_weight is not None:
+    if outside_weight is not None and left_out is not None:  # (the second for the type checker)
         inside = torch.nonzero(~left_out).flatten()
         out = torch.nonzero(left_out).flatten()
         mixed = (inside, out, mixed_pairs(unit, outside_weight, total[0], inside, out))
@@ -215,11 +215,25 @@ def mixed_pairs(
     uj_a = (t_out - w_in * gram + w_out) / norm_a
     ui_t, uj_t = t_in / norm_t, t_out / norm_t
     at = (tt - w_in * t_in + w_out * t_out) / (norm_a * norm_t)
-    dot = gram - uj_t * ui_t - ui_a * uj_a + ui_a * uj_t * at
-    left_i, left_j = 1.0 - ui_a * ui_a, 1.0 - uj_t * uj_t
+    return _pair_cosine(gram, ui_a, uj_a, ui_t, uj_t, at).clamp_(-1.0, 1.0)
+
+
+def _pair_cosine(
+    gram: torch.Tensor,
+    ui_a: torch.Tensor,
+    uj_a: torch.Tensor,
+    ui_b: torch.Tensor,
+    uj_b: torch.Tensor,
+    ab: torch.Tensor,
+) -> torch.Tensor:
+    """The cosine of r_i = u_i − (u_i·â)â and r_j = u_j − (u_j·b̂)b̂ from dot products alone: `gram`
+    u_i·u_j, the unit updates' projections on i's consensus â and j's consensus b̂, and `ab` â·b̂."""
+    dot = gram - uj_b * ui_b - ui_a * uj_a + ui_a * uj_b * ab
+    left_i, left_j = 1.0 - ui_a * ui_a, 1.0 - uj_b * uj_b  # each residual's squared norm
+    # a peer (nearly) equal to its consensus has no residual: 0, as the explicit form's zero vector
+    # reads; the clamp alone made rounding noise at 1e-8 from it read 760288 (a review's reproducer)
     empty = (left_i < 1e-12) | (left_j < 1e-12)
-    cos = torch.where(empty, 0.0, dot / (left_i.clamp_min(1e-12) * left_j.clamp_min(1e-12)).sqrt())
-    return cos.clamp_(-1.0, 1.0)
+    return torch.where(empty, 0.0, dot / (left_i.clamp_min(1e-12) * left_j.clamp_min(1e-12)).sqrt())
 
 
 def as_inside_pairs(unit: torch.Tensor, weight: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
@@ -238,12 +252,7 @@ def as_inside_pairs(unit: torch.Tensor, weight: torch.Tensor, total: torch.Tenso
     ab = (tt + (weight * t)[:, None] + (weight * t)[None, :] + weight[:, None] * weight[None, :] * gram) / (
         norm[:, None] * norm[None, :]
     )
-    dot = gram - uj_b * ui_b - ui_a * uj_a + ui_a * uj_b * ab
-    left_i, left_j = 1.0 - ui_a * ui_a, 1.0 - uj_b * uj_b  # each residual's squared norm
-    # a peer (nearly) equal to its consensus has no residual: 0, as the explicit form's zero vector
-    # reads; the clamp alone made rounding noise at 1e-8 from it read 760288 (a review's reproducer)
-    empty = (left_i < 1e-12) | (left_j < 1e-12)
-    out = torch.where(empty, 0.0, dot / (left_i.clamp_min(1e-12) * left_j.clamp_min(1e-12)).sqrt())
+    out = _pair_cosine(gram, ui_a, uj_a, ui_b, uj_b, ab)
     out = (out + out.T) / 2.0  # equal in exact arithmetic; the two orders of the sums differ in the last bit
     out.clamp_(-1.0, 1.0)
     out.fill_diagonal_(1.0)
