@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from api.deps import AppState, StateDep, client_address, ops_rate_limit, rate_limit
 from api.events import ReleasingStream, stream_events
 from api.http import ERROR_RESPONSES, ApiError
-from api.schemas import ErrorResponse, Health, Readiness
+from api.schemas import ErrorResponse
+from api.schemas_ops import Health, Readiness
 from api.window_views import below
 from storage import migrate
 from storage.queries import latest_committed_window, list_windows, schema_revision

@@ -100,6 +100,10 @@ class RatingOut(Schema):
         default_factory=dict, description="per other hotkey, evidence that their updates keep resembling "
         "each other (a pair at or above the alarm, 0.08 by default, is aggregated at most once)",
     )  # fmt: skip
+    claims: dict[str, float] = Field(
+        default_factory=dict, description="per hotkey a copy finding tied it to: a running mean of how far "
+        "its claim to the update read under theirs (scoring/claims.py; at 1.0 and over it is left out)",
+    )  # fmt: skip
     retention: float | None = Field(
         None, description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "
         "median of the window's full-size updates and clipped to 1 ± 0.25 (the mean of its first four "
@@ -267,10 +271,6 @@ class WindowSelection(Schema):
     peers: list[SelectedPeer] = Field(description="gather peers by rank, then reserves by rank")
 
 
-class Health(Schema):
-    status: Literal["ok"]
-
-
 class WeightList(Schema):
     weight_sets: list[WeightSetOut] = Field(description="weight-setting attempts, newest first")
     next_before: int | None = Field(description="pass as `before` for older attempts; null at the end")
@@ -288,12 +288,3 @@ class WindowTrendOut(Schema):
 
 class Trends(Schema):
     windows: list[WindowTrendOut] = Field(description="the newest committed windows, oldest first")
-
-
-class Readiness(Schema):
-    status: Literal["ready", "stale", "unavailable", "not_migrated", "no_windows"]
-    reason: str | None = Field(default=None, description="why it is not ready")
-    database: bool
-    redis: Literal["up", "down", "disabled"]
-    latest_committed_window: int | None
-    last_commit_age_s: float | None

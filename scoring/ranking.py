@@ -95,6 +95,9 @@ class PeerRating:
     last_evaluated: int | None = None
     final: float = 0.0  # links: evidence this peer's updates keep resembling others' (scoring/links.py)
     links: Mapping[str, float] = field(default_factory=dict)
+    # per partner it was tied with by a copy finding, how far its claim to their update read under
+    # the partner's, as a running mean over those windows (scoring/claims.py)
+    claims: Mapping[str, float] = field(default_factory=dict)
     # the average of its retention ÷ each window's median (loss_score.py) over `retention_windows`
     # windows (proof.py): what the selection reads, evidence across windows rather than one window's
     retention: float | None = None
@@ -121,13 +124,14 @@ class PeerRating:
         return self.uid == DETACHED_UID
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"links": dict(sorted(self.links.items()))}
+        pairs = {"links": dict(sorted(self.links.items())), "claims": dict(sorted(self.claims.items()))}
+        return dataclasses.asdict(self) | pairs
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> PeerRating:
         fields = dataclasses.fields(PeerRating)
         names = {f.name for f in fields}
-        required = {f.name for f in fields if f.default is dataclasses.MISSING}
+        required = {f.name for f in fields if f.default is f.default_factory is dataclasses.MISSING}
         if not required <= set(data) <= names:  # states stored before a field existed take its default
             raise ValueError(f"peer rating fields differ: {sorted(set(data) ^ names)}")
         return PeerRating(**data)

@@ -23,7 +23,8 @@ aggregated (a proven frontrunner was aggregated, and paid, for a newcomer's work
 newcomer proved its own training), and out of the rating match (scoring/selection.py). Where the
 two sent different payloads each update is also read on the other's pages, and the own tests and
 those readings must agree, to leave a sender out or to rank one above the other
-(scoring/authorship.py).
+(scoring/authorship.py). A pair tied in earlier windows is read over all of them (scoring/claims.py):
+in one window an author's own pages can read no better than its frontrunner's by chance.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class Twins:
     readings: Readings = field(default_factory=dict)
     # pairs whose link evidence reached `NEAR_TIE` × the alarm: ties that make a ring (`core`), no more
     near: Sequence[Pair] = ()
+    # each tied pair's claim gap over the windows it was tied (scoring/claims.py), read in place of
+    # this window's where both senders were evaluated
+    claims: Mapping[Pair, float] = field(default_factory=dict)
 
 
 NO_TWINS = Twins()
@@ -80,13 +84,30 @@ def judge_twins(
     `final`: a kept peer's final score."""
 
     def rank(k: str, by_pages: bool = False) -> tuple[bool, float, float, float, str]:  # best first
-        seen, pages = twins.seen.get(k, math.inf), twins.page_t.get(k, -math.inf) if by_pages else 0.0
+        seen, pages = twins.seen.get(k, math.inf), standing(k) if by_pages else 0.0
         return math.isinf(seen), -pages, -final(k), seen, k
+
+    def standing(k: str) -> float:
+        """k's page test, moved by half of how much better its claims over its tied partners read,
+        on average over them, over the windows they were tied than this window (scoring/claims.py):
+        of two senders, the one whose running claim reads over the other's is first; in a pair's
+        first window the page tests alone order them. The mean, not the sum: summed over a crowd
+        of copies, the author's own t of this window counted against it once per copy."""
+        if k not in twins.page_t:
+            return -math.inf
+        moved = [
+            now - mean
+            for j in ties.get(k, ())
+            if (now := claim_gap(k, j, twins.page_t, twins.readings)) is not None
+            and (mean := twins.claims.get((k, j))) is not None
+        ]
+        return twins.page_t[k] + (sum(moved) / len(moved) / 2.0 if moved else 0.0)
 
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
     grouped = core(linked, twins.near)
     copied = [(a, b) for a, b in [*twins.copies, *twins.same] if a in present and b in present]
-    disowned = owners(copied, twins.page_t, twins.readings)
+    disowned = owners(copied, twins.page_t, twins.readings, claims=twins.claims)
+    ties = partners(copied)
     alive = set(kept) - grouped - disowned
     # one update's senders are tied among themselves too, not only through the one each was matched
     # with: that one left out (unproven, rated low), every other sender was aggregated
@@ -143,6 +164,7 @@ def owners(
     page_t: Mapping[str, float],
     readings: Readings = NO_READINGS,
     margin: float = OWNERSHIP_MARGIN,
+    claims: Mapping[Pair, float] | None = None,
 ) -> set[str]:
     """The senders tied by copy findings whose claim to the update reads at least `margin` under one
     of their own partners' (the peers a finding ties them to; scoring/authorship.py `claim_gap`:
@@ -152,10 +174,16 @@ def owners(
     Partners only, not the whole group a chain of findings ties: a blend of two peers' updates tied
     the two, whose updates are their own, and the one whose pages read lower was left out
     (`bench_fidelity`'s `blend` at `1356843`: honest coverage 1.00 → 0.75). A sender not evaluated
-    is not judged."""
+    is not judged. `claims`: a pair's gap over the windows it was tied (scoring/claims.py), read in
+    place of this window's."""
     out: set[str] = set()
+    claims = claims or {}
     for key, others in partners(pairs).items():
-        gaps = [gap for j in others if (gap := claim_gap(key, j, page_t, readings)) is not None]
+        gaps = [
+            claims.get((key, j), gap)
+            for j in others
+            if (gap := claim_gap(key, j, page_t, readings)) is not None
+        ]
         if gaps and max(gaps) >= margin + crowd_lead(len(gaps)):
             out.add(key)
     return out

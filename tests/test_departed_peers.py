@@ -145,16 +145,20 @@ def test_links_to_a_detached_peer_are_dropped() -> None:
     partner would stay linked (out of the residual consensus) until the ban ended."""
     from scoring.ranking import PeerRating
     from scoring.uniqueness import CopyCheck
-    from validator.round.rating import RankingConfig, _with_links
+    from validator.round.pair_evidence import with_pair_evidence
+    from validator.round.rating import RankingConfig
 
     def rate(*peers: PeerRating) -> RatingState:
-        return _with_links(RatingState({p.hotkey: p for p in peers}, 5), CopyCheck([]), RankingConfig())
+        state, cfg = RatingState({p.hotkey: p for p in peers}, 5), RankingConfig()
+        return with_pair_evidence(state, CopyCheck([]), [], cfg.links, cfg.claims)
 
-    partner = PeerRating("partner", 0, 25.0, 8.0, links={"cheat": 0.9})
-    cheat = PeerRating("cheat", 1, 25.0, 8.0, ban_until=99, links={"partner": 0.9})
-    assert rate(partner, cheat).peers["partner"].links == {"cheat": 0.9}  # both registered: kept
+    partner = PeerRating("partner", 0, 25.0, 8.0, links={"cheat": 0.9}, claims={"cheat": -1.2})
+    cheat = PeerRating("cheat", 1, 25.0, 8.0, ban_until=99, links={"partner": 0.9}, claims={"partner": 1.2})
+    kept = rate(partner, cheat).peers["partner"]  # both registered: kept
+    assert kept.links == {"cheat": 0.9} and kept.claims == {"cheat": -1.2}
     out = rate(partner, dataclasses.replace(cheat, uid=DETACHED_UID))
     assert out.peers["partner"].links == {} and out.peers["cheat"].links == {}
+    assert out.peers["partner"].claims == {} and out.peers["cheat"].claims == {}
 
 
 def test_a_window_whose_state_holds_nobody_empties_the_leaderboard(tmp_path: Path) -> None:

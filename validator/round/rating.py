@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from statistics import median
 
+from scoring.claims import ClaimConfig, claim_gaps
 from scoring.clipping import clipped_mass, inflation
 from scoring.earnings import by_work, paid, ranked_by_uid, worked
-from scoring.links import LinkConfig, linked_pairs, update_links
+from scoring.links import LinkConfig, linked_pairs
 from scoring.loss_score import retention
 from scoring.persistence import PersistenceConfig, drifting
 from scoring.proof import proven
@@ -27,6 +28,7 @@ from scoring.types import Reason
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from scoring.weights import WeightPolicy
 from validator.round.outcomes import PeerWindow, page_tests
+from validator.round.pair_evidence import tied_pairs, with_pair_evidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class RankingConfig:
     selection: SelectionConfig = SelectionConfig()
     links: LinkConfig = LinkConfig()
     persistence: PersistenceConfig = PersistenceConfig()
+    claims: ClaimConfig = ClaimConfig()
 
 
 def _status(p: PeerWindow) -> Status:
@@ -121,14 +124,13 @@ def rate_window(
     """The ratings after `window`, each peer's links across windows (scoring/links.py) included;
     `reference`: the window's clip reference (`relative_retentions`). The window's evidence is folded
     in first with nobody matched, so that `outside_match` reads what the selection will."""
-    everyone, tests = {p.hotkey for p in peers}, proof_tests(state, peers, copies, cfg)
-    evidence = _with_links(
-        update_ratings(state, window, outcomes_of(peers, reference, everyone, tests), cfg.rating), copies, cfg
-    )
-    outside = outside_match(evidence, peers, window, cfg, copies, reference)
-    return _with_links(
-        update_ratings(state, window, outcomes_of(peers, reference, outside, tests), cfg.rating), copies, cfg
-    )
+    tests = proof_tests(state, peers, copies, cfg)
+
+    def rated(outside: Collection[str]) -> RatingState:
+        fresh = update_ratings(state, window, outcomes_of(peers, reference, outside, tests), cfg.rating)
+        return with_pair_evidence(fresh, copies, peers, cfg.links, cfg.claims)
+
+    return rated(outside_match(rated({p.hotkey for p in peers}), peers, window, cfg, copies, reference))
 
 
 def proof_tests(
@@ -139,19 +141,6 @@ def proof_tests(
     tests = page_tests(peers)
     unproven = {h for h in tests if h not in state.peers or not proven(state.peers[h], cfg.rating)}
     return paired_t([(f.other, f.offender) for f in copies.findings], tests, unproven)
-
-
-def _with_links(rated: RatingState, copies: CopyCheck, cfg: RankingConfig) -> RatingState:
-    before = {h: p.links for h, p in rated.peers.items() if p.links}
-    links = update_links(before, copies.compared, copies.resemblances, cfg.links)
-    # A detached peer (its uid taken, its ban remembered) submits nothing: links to it would never
-    # fade, and keep its partner out of the residual consensus until the ban ends.
-    live = {h for h, p in rated.peers.items() if not p.detached}
-    linked = {
-        h: replace(p, links={o: v for o, v in links.get(h, {}).items() if o in live} if h in live else {})
-        for h, p in rated.peers.items()
-    }
-    return RatingState(linked, rated.window)
 
 
 def outside_match(
@@ -221,9 +210,9 @@ def twins_of(
     near = _linked(state, cfg, NEAR_TIE)  # the proof read once: the linked pairs are among these
     alarmed = set(linked_pairs({h: p.links for h, p in state.peers.items()}, cfg.links))
     linked = tuple(pair for pair in near if pair in alarmed)
-    return Twins(
-        pairs, tuple(sorted(same)), linked, copies.seen, page_tests(peers), copies.readings, tuple(near)
-    )
+    tests = page_tests(peers)
+    claims = claim_gaps({h: p.claims for h, p in state.peers.items()}, tied_pairs(copies), tests)
+    return Twins(pairs, tuple(sorted(same)), linked, copies.seen, tests, copies.readings, tuple(near), claims)
 
 
 def select_window(

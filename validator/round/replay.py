@@ -40,16 +40,19 @@ from validator.telemetry.metrics import Metrics
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
     "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated",
-    "readings",
+    "readings", "claims",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
-LATER = ("inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated")
+LATER = (
+    "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated",
+    "claims",
+)  # fmt: skip
 
 
 # the rating state's key behind each field of LATER that it holds (a state stored before a field
 # existed lacks the key; one stored since holds it, None or not)
-STATE_KEYS = {f: f for f in ("retention", "drift", "last_aggregated", "last_matched", "gated")} | {
+STATE_KEYS = {f: f for f in ("retention", "drift", "last_aggregated", "last_matched", "gated", "claims")} | {
     "proof": "proof_sum"
 }
 
@@ -175,6 +178,7 @@ def _row(
         "selected": selected,
         "weight": weight,  # the update's coefficient in the outer step (gather peers)
         "links": dict(rating.state.get("links", {})) if rating else None,  # evidence across windows
+        "claims": dict(rating.state.get("claims", {})) if rating else None,  # tied pairs' (scoring/claims.py)
         # the held-out loss at the probe step, and the retention average the selection reads
         "step_loss": evaluation.loss_rand_step if evaluation else None,
         "retention": rating.state.get("retention") if rating else None,
