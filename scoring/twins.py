@@ -33,6 +33,8 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from scoring.authorship import NO_READINGS, Readings, claim_gap, crowd_lead, orders_agree
 
 Pair = tuple[str, str]
@@ -84,30 +86,14 @@ def judge_twins(
     `final`: a kept peer's final score."""
 
     def rank(k: str, by_pages: bool = False) -> tuple[bool, float, float, float, str]:  # best first
-        seen, pages = twins.seen.get(k, math.inf), standing(k) if by_pages else 0.0
+        seen, pages = twins.seen.get(k, math.inf), standing.get(k, -math.inf) if by_pages else 0.0
         return math.isinf(seen), -pages, -final(k), seen, k
-
-    def standing(k: str) -> float:
-        """k's page test, moved by half of how much better its claims over its tied partners read,
-        on average over them, over the windows they were tied than this window (scoring/claims.py):
-        of two senders, the one whose running claim reads over the other's is first; in a pair's
-        first window the page tests alone order them. The mean, not the sum: summed over a crowd
-        of copies, the author's own t of this window counted against it once per copy."""
-        if k not in twins.page_t:
-            return -math.inf
-        moved = [
-            now - mean
-            for j in ties.get(k, ())
-            if (now := claim_gap(k, j, twins.page_t, twins.readings)) is not None
-            and (mean := twins.claims.get((k, j))) is not None
-        ]
-        return twins.page_t[k] + (sum(moved) / len(moved) / 2.0 if moved else 0.0)
 
     linked = [(a, b) for a, b in twins.linked if a in present and b in present]
     grouped = core(linked, twins.near)
     copied = [(a, b) for a, b in [*twins.copies, *twins.same] if a in present and b in present]
     disowned = owners(copied, twins.page_t, twins.readings, claims=twins.claims)
-    ties = partners(copied)
+    standing = standings(copied, twins)
     alive = set(kept) - grouped - disowned
     # one update's senders are tied among themselves too, not only through the one each was matched
     # with: that one left out (unproven, rated low), every other sender was aggregated
@@ -132,6 +118,53 @@ def judge_twins(
         else:
             lesser |= set(order[1:])
     return Verdict(frozenset(grouped), frozenset(lesser), frozenset(disowned & set(kept)))
+
+
+def standings(pairs: Sequence[Pair], twins: Twins) -> dict[str, float]:
+    """Each evaluated sender's page test this window, moved by how much better its claims over its
+    tied partners read over the windows they were tied than this window (scoring/claims.py), the
+    order of twins. Each tied pair asks that the two standings differ by the two page tests'
+    difference moved by half of each direction's (this window's gap − the running one): of two
+    senders, the one whose running claim reads over the other's is first, and in a pair's first
+    window the page tests alone order them. A group of three or more senders is fitted to its
+    pairs by least squares (anchored, weakly, at the page tests): an author copied by a crowd is
+    then ordered against each copy by that pair's claim. Moved by the mean over its partners
+    instead, the author's record against the one lucky copy counted an eighth among eight copies
+    (`copy_crowd` under seed 2, window 7: a copy aggregated in its victim's place)."""
+    t = twins.page_t
+    shift: dict[Pair, float] = {}  # (k, j): the standing of k less j's, beyond t_k − t_j
+    for a, b in sorted({tuple(sorted(p)) for p in pairs if p[0] in t and p[1] in t and p[0] != p[1]}):
+        moved = []
+        for x, p in ((a, b), (b, a)):
+            now = claim_gap(x, p, t, twins.readings)
+            moved.append(0.0 if now is None else now - twins.claims.get((x, p), now))
+        shift[(a, b)] = (moved[0] - moved[1]) / 2.0
+    out = {k: t[k] for k in t}
+    for group in clusters(list(shift)):
+        keys = sorted(group)
+        if len(keys) == 2:  # exactly: each moved by half of its own direction's shift
+            (a, b), value = keys, shift[(keys[0], keys[1])]
+            out[a], out[b] = t[a] + value / 2.0, t[b] - value / 2.0
+            continue
+        at = {k: i for i, k in enumerate(keys)}
+        system = np.eye(len(keys)) * ANCHOR
+        target = np.array([ANCHOR * t[k] for k in keys])
+        for (a, b), value in shift.items():
+            if a in at:
+                i, j, want = at[a], at[b], t[a] - t[b] + value
+                system[i, i] += 1.0
+                system[j, j] += 1.0
+                system[i, j] -= 1.0
+                system[j, i] -= 1.0
+                target[i] += want
+                target[j] -= want
+        out.update(zip(keys, (float(v) for v in np.linalg.solve(system, target)), strict=True))
+    return out
+
+
+# How strongly a group's standings are held at their page tests (`standings`): only enough to fix
+# the level a fit of differences leaves free; a pair's claims decide its order.
+ANCHOR = 1e-3
 
 
 def core(pairs: Sequence[Pair], near: Sequence[Pair] = ()) -> set[str]:

@@ -152,3 +152,21 @@ def test_an_author_copied_by_a_crowd_stays_first_however_well_its_own_pages_read
     verdict = judge_twins(everyone, everyone, final.__getitem__, twins)
     assert verdict.disowned == set(copies) - {"c0"}
     assert "author" not in verdict.lesser and "c0" in verdict.lesser
+
+
+def test_in_a_crowd_each_pair_orders_its_author_and_copy_by_its_own_claim() -> None:
+    """Its record against one lucky copy decides, not its record against the other seven: moved by
+    the mean over its eight partners, the author (2.0 this window) ranked under a copy reading 2.4
+    that it had read 2.0 over the window before, because the seven others, level with it then,
+    read 0.0 now (`copy_crowd` under seed 2, window 7, a copy aggregated in its victim's place)."""
+    copies = [f"c{i}" for i in range(8)]
+    tied = [("author", c) for c in copies]
+    before = {"author": 2.0} | dict.fromkeys(copies, 2.0) | {"c0": 0.0}
+    now = {"author": 2.0} | dict.fromkeys(copies, 0.0) | {"c0": 2.4}
+    claims = update_claims(update_claims({}, tied, before, {}, CFG), tied, now, {}, CFG)
+    twins = Twins(copies=tuple(tied), same=tuple(tied), page_t=now, claims=claim_gaps(claims, tied, set(now)))
+    everyone = {"author", *copies}
+    final = {"author": 1.0} | dict.fromkeys(copies, 2.0)
+    verdict = judge_twins(everyone, everyone, final.__getitem__, twins)
+    assert claims["author"]["c0"] < 0.0  # the pair's running claim: the author's
+    assert "author" not in verdict.lesser | verdict.disowned and "c0" in verdict.lesser
