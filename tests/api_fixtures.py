@@ -100,6 +100,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "positives": 3,
                 "margin_sum": 0.4,
                 "links": {hotkey(1): 0.12},
+                "claims": {hotkey(1): -1.5},
                 "retention": 0.97,
                 "drift": 0.006,
                 "drift_similarity": 0.004,
