@@ -101,8 +101,13 @@ class RatingOut(Schema):
         "each other (a pair at or above the alarm, 0.08 by default, is aggregated at most once)",
     )  # fmt: skip
     claims: dict[str, float] = Field(
-        default_factory=dict, description="per hotkey a copy finding tied it to: a running mean of how far "
-        "its claim to the update read under theirs (scoring/claims.py; at 1.0 and over it is left out)",
+        default_factory=dict, description="per hotkey a copy finding tied it to: the mean over the windows "
+        "they were tied of how far its claim to the update read under theirs (scoring/claims.py; at 1.0 "
+        "and over it is left out)",
+    )  # fmt: skip
+    claim_windows: dict[str, int] = Field(
+        default_factory=dict, description="per hotkey of claims: the windows its claim is the mean of (the "
+        "plain mean of the first 8, then each later window weighs 1/8)",
     )  # fmt: skip
     retention: float | None = Field(
         None, description="average of the update's gain at 5 β ÷ its gain at β, each window relative to the "

@@ -79,6 +79,7 @@ def rating_out(r: RatingRecord) -> RatingOut:
         proof_z=_proof_z(r.state),
         links={str(k): float(v) for k, v in dict(r.state.get("links", {})).items()},
         claims={str(k): float(v) for k, v in dict(r.state.get("claims", {})).items()},
+        claim_windows={str(k): int(v) for k, v in dict(r.state.get("claim_windows", {})).items()},
         retention=_optional(r.state.get("retention")), drift=float(r.state.get("drift", 0.0)),
         drift_similarity=_optional(r.state.get("drift_similarity")),
         last_aggregated=_whole(r.state.get("last_aggregated")),

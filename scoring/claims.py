@@ -9,52 +9,69 @@ victim's own pages read t 0.41 and its frontrunner's, with the victim's update, 
 frontrunner was aggregated in its victim's place. In the two windows before, the same pair read
 1.44 and 0.32 t in the victim's favour.
 
-So each tied pair keeps a running mean of its claim gap, in both directions (with readings of each
-update on the other's pages the gap is not antisymmetric), stored on the sender's rating
-(`PeerRating.claims`) and recorded with every window, so replay re-derives it:
+So each tied pair keeps the mean of its claim gap over the windows it was tied, in both directions
+(with readings of each update on the other's pages the gap is not antisymmetric), and how many
+windows that mean holds. Both are stored on the sender's rating (`PeerRating.claims`,
+`PeerRating.claim_windows`) and recorded with every window, so replay re-derives them:
 
-    claim ← gap                            the first window the pair is tied, both evaluated
-    claim ← claim + rate · (gap − claim)    every later one
+    n ← n + 1;  claim ← claim + max(1/n, 1/memory) · (gap − claim)
 
-At `rate` 0.5 the mean's spread is √(1/3) of one window's, and a pair's first window reads as it
-did before. A window in which the pair is not tied, or either sender is not evaluated, leaves it
-as it was. Ownership and the order of twins read the mean (scoring/twins.py `judge_twins`).
+the plain mean of the pair's first `memory` windows, then an exponential mean that weighs this
+window 1/memory. A pair's first window reads its gap; its second, the mean of two, as when every
+later window weighed ½ (`memory` 2, this module before). The mean is the least noisy reading of a
+steady claim: simulated (tests/test_claims.py, 200 runs of 8 windows), a full author copied by a
+crowd of eight is left out in 107 of 1,600 windows at `memory` 8, 162 at `memory` 2 and 486 by
+each window's tests alone; a ⅒-steps author copied once in 205, 308 and 468. A window in which
+the pair is not tied, or either sender is not evaluated, leaves both as they were.
+Ownership and the order of twins read the mean (scoring/twins.py `judge_twins`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scoring.authorship import Readings, claim_gap
 
 Pair = tuple[str, str]
 Claims = Mapping[str, Mapping[str, float]]  # claims[x][p]: x's claim to the update it shares with p
+Counts = Mapping[str, Mapping[str, int]]  # counts[x][p]: the windows claims[x][p] is the mean of
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimConfig:
-    rate: float = 0.5  # the weight of this window's gap in the running mean
+    memory: int = 8  # windows a claim is the plain mean of; later ones weigh 1/memory
     max_partners: int = 16  # partners kept per sender, the latest tied first: stored every window
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.rate <= 1.0:
-            raise ValueError("need 0 < rate <= 1")
+        if self.memory < 1:
+            raise ValueError("memory must be >= 1")
         if self.max_partners < 1:
             raise ValueError("max_partners must be >= 1")
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimBook:
+    """Every sender's claims and the windows each one is the mean of."""
+
+    mean: Claims = field(default_factory=dict)
+    # a claim stored without its count (before counts were kept) counts one window: its next moves
+    # it by ½, as every later window did then
+    windows: Counts = field(default_factory=dict)
+
+
 def update_claims(
-    claims: Claims,
+    book: ClaimBook,
     tied: Sequence[Pair],
     page_t: Mapping[str, float],
     readings: Readings,
     cfg: ClaimConfig,
-) -> dict[str, dict[str, float]]:
+) -> ClaimBook:
     """Every sender's claims after one window: `tied`, the window's pairs of which at most one is
     aggregated for a copy finding (unclear findings, one payload's senders); `page_t` and `readings`
     as `claim_gap` reads them. A pair's mean moves only in a window it is tied with both evaluated."""
-    out = {x: dict(others) for x, others in claims.items()}
+    out = {x: dict(others) for x, others in book.mean.items()}
+    counts = {x: dict(others) for x, others in book.windows.items()}
     fresh: dict[str, list[str]] = {}
     for a, b in sorted({(min(pair), max(pair)) for pair in tied if pair[0] != pair[1]}):
         for x, p in ((a, b), (b, a)):
@@ -62,14 +79,20 @@ def update_claims(
             if gap is None:
                 continue
             prior = out.get(x, {}).get(p)
-            out.setdefault(x, {})[p] = gap if prior is None else prior + cfg.rate * (gap - prior)
+            n = 1 if prior is None else counts.get(x, {}).get(p, 1) + 1
+            out.setdefault(x, {})[p] = (
+                gap if prior is None else prior + max(1 / n, 1 / cfg.memory) * (gap - prior)
+            )
+            counts.setdefault(x, {})[p] = n
             fresh.setdefault(x, []).append(p)
     for x, latest in fresh.items():
         if len(out[x]) > cfg.max_partners:  # this window's partners first, then the largest claims
             rest = sorted((p for p in out[x] if p not in latest), key=lambda p: (-abs(out[x][p]), p))
             keep = set((sorted(latest) + rest)[: cfg.max_partners])
             out[x] = {p: v for p, v in out[x].items() if p in keep}
-    return {x: dict(sorted(others.items())) for x, others in sorted(out.items()) if others}
+    mean = {x: dict(sorted(others.items())) for x, others in sorted(out.items()) if others}
+    kept = {x: {p: counts.get(x, {}).get(p, 1) for p in others} for x, others in mean.items()}
+    return ClaimBook(mean, kept)
 
 
 def claim_gaps(claims: Claims, tied: Sequence[Pair], evaluated: Collection[str]) -> dict[Pair, float]:

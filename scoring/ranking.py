@@ -96,8 +96,9 @@ class PeerRating:
     final: float = 0.0  # links: evidence this peer's updates keep resembling others' (scoring/links.py)
     links: Mapping[str, float] = field(default_factory=dict)
     # per partner it was tied with by a copy finding, how far its claim to their update read under
-    # the partner's, as a running mean over those windows (scoring/claims.py)
+    # the partner's, as a mean over those windows, and how many windows (scoring/claims.py)
     claims: Mapping[str, float] = field(default_factory=dict)
+    claim_windows: Mapping[str, int] = field(default_factory=dict)
     # the average of its retention ÷ each window's median (loss_score.py) over `retention_windows`
     # windows (proof.py): what the selection reads, evidence across windows rather than one window's
     retention: float | None = None
@@ -124,7 +125,7 @@ class PeerRating:
         return self.uid == DETACHED_UID
 
     def to_dict(self) -> dict[str, Any]:
-        pairs = {"links": dict(sorted(self.links.items())), "claims": dict(sorted(self.claims.items()))}
+        pairs = {k: dict(sorted(getattr(self, k).items())) for k in ("links", "claims", "claim_windows")}
         return dataclasses.asdict(self) | pairs
 
     @staticmethod

@@ -101,6 +101,7 @@ def window_record(window: int, n_peers: int = N_PEERS) -> WindowRecord:
                 "margin_sum": 0.4,
                 "links": {hotkey(1): 0.12},
                 "claims": {hotkey(1): -1.5},
+                "claim_windows": {hotkey(1): 3},
                 "retention": 0.97,
                 "drift": 0.006,
                 "drift_similarity": 0.004,

@@ -68,6 +68,7 @@ def test_window_detail_has_every_decision(client: httpx.Client) -> None:
     assert (first["evaluations"], first["positives"], first["mean_margin"]) == (4, 3, 0.1)
     assert first["links"] == {hotkey(1): 0.12}
     assert first["claims"] == {hotkey(1): -1.5}  # whose update a tied pair sent (scoring/claims.py)
+    assert first["claim_windows"] == {hotkey(1): 3}  # the windows that claim is the mean of
     assert first["retention"] == 0.97  # what the retention rule read (scoring/selection.py)
     assert (first["drift"], first["drift_similarity"]) == (0.006, 0.004)  # the persistence check's inputs
     assert first["proof_z"] == 2.0  # the page test's sum 3.0 over the root of its variance 2.25

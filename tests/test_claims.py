@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
-from scoring.claims import ClaimConfig, claim_gaps, update_claims
+from scoring.claims import ClaimBook, ClaimConfig, claim_gaps, update_claims
 from scoring.ranking import PeerRating
 from scoring.selection import Candidate, select_aggregation
 from scoring.twins import OWNERSHIP_MARGIN, Twins, judge_twins, owners
@@ -19,55 +20,77 @@ def _fold(
     windows: list[dict[str, float]], tied: list[tuple[str, str]] = PAIR
 ) -> list[dict[str, dict[str, float]]]:
     """The claims after each window of page tests, the pair tied in every one."""
-    claims: dict[str, dict[str, float]] = {}
+    book = ClaimBook()
     out = []
     for page_t in windows:
-        claims = update_claims(claims, tied, page_t, {}, CFG)
-        out.append(claims)
+        book = update_claims(book, tied, page_t, {}, CFG)
+        out.append(dict(book.mean))
     return out
 
 
-def test_a_pairs_claim_is_its_first_gap_then_a_running_mean_in_both_directions() -> None:
-    first, second = _fold([{"victim": 1.5, "thief": 0.1}, {"victim": 0.4, "thief": 0.5}])
-    assert first == {"thief": {"victim": pytest.approx(1.4)}, "victim": {"thief": pytest.approx(-1.4)}}
-    # 1.4 + 0.5 × (−0.1 − 1.4)
-    assert second["thief"]["victim"] == pytest.approx(0.65) and second["victim"]["thief"] == pytest.approx(
-        -0.65
-    )
+def test_a_pairs_claim_is_the_mean_of_its_windows_then_weighs_each_later_one_by_one_over_memory() -> None:
+    gaps = [1.4, -0.1, 2.0, 1.0]  # the victim's pages over the thief's, window by window
+    book, means = ClaimBook(), []
+    for g in gaps:
+        book = update_claims(book, PAIR, {"victim": g, "thief": 0.0}, {}, ClaimConfig(memory=3))
+        means.append(book.mean["thief"]["victim"])
+        assert book.mean["victim"]["thief"] == pytest.approx(-means[-1])  # both directions
+    # the plain mean of the first three windows; the fourth weighs 1/3: 1.1 + (1.0 − 1.1) / 3
+    assert means == pytest.approx([1.4, 0.65, 1.1, 1.1 - 0.1 / 3])
+    assert book.windows == {"thief": {"victim": 4}, "victim": {"thief": 4}}
+
+
+def test_the_second_window_reads_as_before_and_a_claim_stored_without_its_count_moves_by_half() -> None:
+    """At any memory a pair's first two windows read as they did when every later window weighed ½;
+    a claim stored then, without its count, counts one window, so its next one moves it by ½."""
+    now = {"victim": 0.4, "thief": 0.5}
+    for memory in (2, 8, 64):
+        first = update_claims(
+            ClaimBook(), PAIR, {"victim": 1.5, "thief": 0.1}, {}, ClaimConfig(memory=memory)
+        )
+        second = update_claims(first, PAIR, now, {}, ClaimConfig(memory=memory))
+        assert second.mean["thief"]["victim"] == 1.4 + 0.5 * (-0.1 - 1.4)  # to the last digit
+    stored = ClaimBook({"thief": {"victim": 1.4}, "victim": {"thief": -1.4}})
+    assert update_claims(stored, PAIR, now, {}, CFG) == second
 
 
 def test_a_pair_not_tied_or_not_evaluated_keeps_its_claim() -> None:
-    claims = _fold([{"victim": 1.5, "thief": 0.1}])[-1]
-    assert update_claims(claims, [], {"victim": -3.0, "thief": 3.0}, {}, CFG) == claims  # not tied
-    assert update_claims(claims, PAIR, {"victim": -3.0}, {}, CFG) == claims  # the thief not evaluated
-    other = update_claims(claims, [("a", "b")], {"a": 1.0, "b": 0.0}, {}, CFG)
-    assert other["thief"] == claims["thief"] and other["a"] == {"b": -1.0}
+    book = update_claims(ClaimBook(), PAIR, {"victim": 1.5, "thief": 0.1}, {}, CFG)
+    assert update_claims(book, [], {"victim": -3.0, "thief": 3.0}, {}, CFG) == book  # not tied
+    assert update_claims(book, PAIR, {"victim": -3.0}, {}, CFG) == book  # the thief not evaluated
+    other = update_claims(book, [("a", "b")], {"a": 1.0, "b": 0.0}, {}, CFG)
+    assert other.mean["thief"] == book.mean["thief"] and other.mean["a"] == {"b": -1.0}
+    assert other.windows["thief"] == {"victim": 1} and other.windows["a"] == {"b": 1}
 
 
 def test_readings_make_each_direction_a_claim_of_its_own() -> None:
     """With each update read on the other's pages the gap is the smaller of the two (authorship.py),
     so x's claim under p is not minus p's under x."""
     readings = {("x", "p"): 0.2, ("p", "x"): 1.0}  # p's update reads 0.2 on x's pages, x's 1.0 on p's
-    claims = update_claims({}, [("x", "p")], {"x": 0.0, "p": 2.0}, readings, CFG)
-    assert claims == {"x": {"p": pytest.approx(0.8)}, "p": {"x": pytest.approx(-2.0)}}
+    book = update_claims(ClaimBook(), [("x", "p")], {"x": 0.0, "p": 2.0}, readings, CFG)
+    assert book.mean == {"x": {"p": pytest.approx(0.8)}, "p": {"x": pytest.approx(-2.0)}}
 
 
 def test_a_crowd_of_partners_is_bounded_and_this_windows_partners_are_kept() -> None:
     cfg = ClaimConfig(max_partners=3)
-    claims: dict[str, dict[str, float]] = {}
+    book = ClaimBook()
     for i in range(5):
-        claims = update_claims(claims, [("v", f"c{i}")], {"v": 2.0, f"c{i}": float(i)}, {}, cfg)
-    assert len(claims["v"]) == 3 and "c4" in claims["v"]
+        book = update_claims(book, [("v", f"c{i}")], {"v": 2.0, f"c{i}": float(i)}, {}, cfg)
+    assert len(book.mean["v"]) == 3 and "c4" in book.mean["v"]
+    assert book.windows["v"].keys() == book.mean["v"].keys()  # a count leaves with its claim
     with pytest.raises(ValueError):
-        ClaimConfig(rate=0.0)
+        ClaimConfig(memory=0)
     with pytest.raises(ValueError):
         ClaimConfig(max_partners=0)
 
 
 def test_claims_are_stored_with_the_rating_and_older_states_load_without_them() -> None:
-    rating = PeerRating("v", 1, 25.0, 8.0, claims={"b": 0.5, "a": -1.0})
+    rating = PeerRating("v", 1, 25.0, 8.0, claims={"b": 0.5, "a": -1.0}, claim_windows={"b": 3, "a": 1})
     stored = rating.to_dict()
     assert list(stored["claims"]) == ["a", "b"] and PeerRating.from_dict(stored) == rating
+    assert list(stored["claim_windows"]) == ["a", "b"]
+    del stored["claim_windows"]
+    assert PeerRating.from_dict(stored).claim_windows == {}
     del stored["claims"]
     assert PeerRating.from_dict(stored).claims == {}
 
@@ -108,31 +131,59 @@ def test_a_copier_is_disowned_by_its_claim_over_the_windows_not_one() -> None:
     assert verdict.disowned == {"thief"}
 
 
-def test_over_a_run_the_running_claim_disowns_fewer_authors_and_keeps_fewer_copiers() -> None:
-    """Simulated pairs of one update, the copier better rated: its author's pages read 2.3 ± 1.4 a
-    window (a full honest peer) or 0.84 ± 1.19 (⅒ steps), its copier's N(0, 1) (scoring/twins.py
-    `OWNERSHIP_MARGIN`). Counted over 8 windows of 400 pairs each: the author disowned, and the
-    copier aggregated in its place, by each window's page tests alone and with the claims."""
+def _run(rng: random.Random, copies: int, author: tuple[float, float], memory: int | None) -> Counter[str]:
+    """One simulated run of 8 windows: an author whose pages read N(`author`) a window and `copies`
+    better rated senders of its update whose pages read N(0, 1) (scoring/twins.py
+    `OWNERSHIP_MARGIN`). Counted per window: the author disowned, or ranked under a copy (`left
+    out`), and a copy aggregated in its place; read by the claims at `memory`, or (None) by each
+    window's page tests alone."""
+    crowd = [f"c{i}" for i in range(copies)]
+    tied = [("author", c) for c in crowd]
+    everyone = {"author", *crowd}
+    final = {"author": 1.0} | dict.fromkeys(crowd, 2.0)
+    book, count = ClaimBook(), Counter[str]()
+    for _ in range(8):
+        page_t = {"author": rng.gauss(*author)} | {c: rng.gauss(0.0, 1.0) for c in crowd}
+        gaps = {}
+        if memory is not None:
+            book = update_claims(book, tied, page_t, {}, ClaimConfig(memory=memory))
+            gaps = claim_gaps(book.mean, tied, everyone)
+        twins = Twins(copies=tuple(tied), same=tuple(tied), page_t=page_t, claims=gaps)
+        v = judge_twins(everyone, everyone, final.__getitem__, twins)
+        count["disowned"] += "author" in v.disowned
+        count["left out"] += "author" in v.disowned | v.lesser
+        count["copy kept"] += any(c not in v.disowned | v.lesser for c in crowd)
+    return count
+
+
+FULL, TENTH = (2.3, 1.4), (0.84, 1.19)  # a full honest peer's page test, and a ⅒-steps peer's
+
+
+def _runs(copies: int, author: tuple[float, float], memory: int | None, n: int) -> Counter[str]:
     rng = random.Random(7)
-    pair = [("author", "copier")]
-    for mean, spread in ((2.3, 1.4), (0.84, 1.19)):
-        alone = {"disowned": 0, "copier kept": 0}
-        held = dict(alone)
-        for _ in range(400):
-            claims: dict[str, dict[str, float]] = {}
-            for _ in range(8):
-                page_t = {"author": rng.gauss(mean, spread), "copier": rng.gauss(0.0, 1.0)}
-                claims = update_claims(claims, pair, page_t, {}, CFG)
-                gaps = claim_gaps(claims, pair, set(page_t))
-                for count, read in ((alone, {}), (held, gaps)):
-                    twins = Twins(copies=tuple(pair), same=tuple(pair), page_t=page_t, claims=read)
-                    final = {"author": 1.0, "copier": 2.0}
-                    v = judge_twins({"author", "copier"}, {"author", "copier"}, final.__getitem__, twins)
-                    count["disowned"] += "author" in v.disowned
-                    count["copier kept"] += "copier" not in v.disowned | v.lesser
-        assert held["disowned"] < alone["disowned"] / 2, (mean, alone, held)
-        assert held["copier kept"] < alone["copier kept"] * 0.75, (mean, alone, held)
+    return sum((_run(rng, copies, author, memory) for _ in range(n)), Counter[str]())
+
+
+def test_over_a_run_the_claims_disown_fewer_authors_and_keep_fewer_copiers() -> None:
+    """400 simulated pairs over 8 windows, by each window's page tests alone and by the claims."""
+    for author in (FULL, TENTH):
+        alone, held = _runs(1, author, None, 400), _runs(1, author, CFG.memory, 400)
+        assert held["disowned"] < alone["disowned"] / 2, (author, alone, held)
+        assert held["copy kept"] < alone["copy kept"] * 0.75, (author, alone, held)
     assert OWNERSHIP_MARGIN == 1.0  # the rates above are read at this margin
+
+
+def test_the_mean_over_the_pairs_windows_leaves_an_author_out_less_than_a_shorter_memory() -> None:
+    """`copy_crowd` under seed 2 (benchmarks/bench_fidelity.py): a copy whose pages read 1.0 and
+    more in three windows took its victim's place in window 7, the pair's claim, which weighed each
+    later window ½, back at 0. Simulated, 200 runs of 8 windows, a pair and a crowd of eight: the
+    plain mean over the pair's windows leaves the author out less often than weighing each later
+    window ½ (`memory` 2), which leaves it out less often than each window alone."""
+    for copies in (1, 8):
+        for author in (FULL, TENTH):
+            left = [_runs(copies, author, memory, 200)["left out"] for memory in (None, 2, CFG.memory)]
+            assert left[0] > left[1] > left[2], (copies, author, left)
+    assert CFG.memory == 8
 
 
 def test_an_author_copied_by_a_crowd_stays_first_however_well_its_own_pages_read() -> None:
@@ -143,10 +194,12 @@ def test_an_author_copied_by_a_crowd_stays_first_however_well_its_own_pages_read
     tied = [("author", c) for c in copies]
     history = [{"author": 1.2} | dict.fromkeys(copies, 0.5)] * 2
     now = {"author": 4.0} | dict.fromkeys(copies, 0.5) | {"c0": 2.9}
-    claims: dict[str, dict[str, float]] = {}
+    book = ClaimBook()
     for page_t in [*history, now]:
-        claims = update_claims(claims, tied, page_t, {}, CFG)
-    twins = Twins(copies=tuple(tied), same=tuple(tied), page_t=now, claims=claim_gaps(claims, tied, set(now)))
+        book = update_claims(book, tied, page_t, {}, CFG)
+    twins = Twins(
+        copies=tuple(tied), same=tuple(tied), page_t=now, claims=claim_gaps(book.mean, tied, set(now))
+    )
     everyone = {"author", *copies}
     final = {"author": 1.0} | dict.fromkeys(copies, 2.0)
     verdict = judge_twins(everyone, everyone, final.__getitem__, twins)
@@ -163,7 +216,7 @@ def test_in_a_crowd_each_pair_orders_its_author_and_copy_by_its_own_claim() -> N
     tied = [("author", c) for c in copies]
     before = {"author": 2.0} | dict.fromkeys(copies, 2.0) | {"c0": 0.0}
     now = {"author": 2.0} | dict.fromkeys(copies, 0.0) | {"c0": 2.4}
-    claims = update_claims(update_claims({}, tied, before, {}, CFG), tied, now, {}, CFG)
+    claims = update_claims(update_claims(ClaimBook(), tied, before, {}, CFG), tied, now, {}, CFG).mean
     twins = Twins(copies=tuple(tied), same=tuple(tied), page_t=now, claims=claim_gaps(claims, tied, set(now)))
     everyone = {"author", *copies}
     final = {"author": 1.0} | dict.fromkeys(copies, 2.0)

@@ -40,21 +40,19 @@ from validator.telemetry.metrics import Metrics
 FIELDS = (
     "status", "reason", "score", "indicator", "mu", "sigma", "final", "selected", "weight", "links",
     "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated",
-    "readings", "claims",
+    "readings", "claims", "claim_windows",
 )  # fmt: skip
 # recorded only since a later migration or state field: a window stored before has none of them, and
 # what replay recomputes for it is left out of the comparison (nothing stored to compare with)
 LATER = (
     "inflation", "step_loss", "retention", "drift", "proof", "last_aggregated", "last_matched", "gated",
-    "claims",
+    "claims", "claim_windows",
 )  # fmt: skip
 
 
 # the rating state's key behind each field of LATER that it holds (a state stored before a field
 # existed lacks the key; one stored since holds it, None or not)
-STATE_KEYS = {f: f for f in ("retention", "drift", "last_aggregated", "last_matched", "gated", "claims")} | {
-    "proof": "proof_sum"
-}
+STATE_KEYS = {f: f for f in LATER if f not in ("inflation", "step_loss", "proof")} | {"proof": "proof_sum"}
 
 
 def unrecorded(record: WindowRecord, stored: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -179,6 +177,7 @@ def _row(
         "weight": weight,  # the update's coefficient in the outer step (gather peers)
         "links": dict(rating.state.get("links", {})) if rating else None,  # evidence across windows
         "claims": dict(rating.state.get("claims", {})) if rating else None,  # tied pairs' (scoring/claims.py)
+        "claim_windows": dict(rating.state.get("claim_windows", {})) if rating else None,
         # the held-out loss at the probe step, and the retention average the selection reads
         "step_loss": evaluation.loss_rand_step if evaluation else None,
         "retention": rating.state.get("retention") if rating else None,
