@@ -100,6 +100,10 @@ def test_replay_reads_what_the_window_read_and_compares_every_reading(
     assert not {h: r.differences(0.0) for h, r in rows.items() if r.differences(0.0)}
     assert rows[copycat].recomputed["readings"] == {victim: read[copycat]}  # bit-exact, compared
     assert rows[victim].recomputed["readings"] == {}  # the lost one was not read again
+    # the pair is tied (two unproven senders): its claims and their counts are re-derived, compared
+    assert rows[copycat].recomputed["claims"].keys() == {victim} and rows[victim].recomputed["claims"]
+    assert rows[copycat].recomputed["claim_windows"] == {victim: 1}
+    assert rows[victim].stored["claim_windows"] == {copycat: 1} == rows[victim].recomputed["claim_windows"]
     column = "authorship_a" if a == copycat else "authorship_b"
     with sqlite3.connect(db_path) as db:  # a stored reading that no longer matches its inputs
         db.execute(
