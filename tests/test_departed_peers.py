@@ -152,13 +152,17 @@ def test_links_to_a_detached_peer_are_dropped() -> None:
         state, cfg = RatingState({p.hotkey: p for p in peers}, 5), RankingConfig()
         return with_pair_evidence(state, CopyCheck([]), [], cfg.links, cfg.claims)
 
-    partner = PeerRating("partner", 0, 25.0, 8.0, links={"cheat": 0.9}, claims={"cheat": -1.2})
+    partner = PeerRating(
+        "partner", 0, 25.0, 8.0, links={"cheat": 0.9}, claims={"cheat": -1.2}, claim_windows={"cheat": 3}
+    )
     cheat = PeerRating("cheat", 1, 25.0, 8.0, ban_until=99, links={"partner": 0.9}, claims={"partner": 1.2})
     kept = rate(partner, cheat).peers["partner"]  # both registered: kept
     assert kept.links == {"cheat": 0.9} and kept.claims == {"cheat": -1.2}
+    assert kept.claim_windows == {"cheat": 3}  # a claim keeps its count while not tied
     out = rate(partner, dataclasses.replace(cheat, uid=DETACHED_UID))
     assert out.peers["partner"].links == {} and out.peers["cheat"].links == {}
     assert out.peers["partner"].claims == {} and out.peers["cheat"].claims == {}
+    assert out.peers["partner"].claim_windows == {}  # the count leaves with its claim
 
 
 def test_a_window_whose_state_holds_nobody_empties_the_leaderboard(tmp_path: Path) -> None:
