@@ -16,7 +16,7 @@ Choices where the design leaves room (all configurable):
   peer the fetch never got to (`skipped`) is left as it was;
 - a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
 - a peer absent from the outcomes is inactive (dropped after `inactive_reset_windows`); a uid under
-  a new hotkey, or a hotkey under a new uid, starts a fresh peer;
+  a new hotkey, or a hotkey under a new uid, starts a fresh record (the hotkey's ban and pairs stay);
 - a banned peer whose uid another hotkey takes is kept *detached* (uid `DETACHED_UID`) until its ban
   ends: dropping it forgot the ban, and the hotkey re-registered on a new uid came back clean.
 """
@@ -48,6 +48,7 @@ class Status(StrEnum):
 
 _MISSED = frozenset({Status.MISSING, Status.EARLY, Status.LATE})
 DETACHED_UID: Final = -1  # a banned hotkey that holds no uid: it is remembered, never ranked or paid
+PAIR_EVIDENCE: Final = ("links", "claims", "claim_windows")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,9 +230,9 @@ def _known_peers(
         old = peers.get(o.hotkey)
         if old is not None and old.uid == o.uid:
             known[o.hotkey] = old
-        else:  # new, or re-registered under another uid: a new peer, but a ban sticks to the hotkey
-            ban = old.ban_until if old is not None else 0
-            known[o.hotkey] = replace(fresh_rating(o.hotkey, o.uid, cfg), ban_until=ban)
+        else:  # new, or re-registered under another uid: a new peer; its ban and pairs stick to the hotkey
+            fresh = fresh_rating(o.hotkey, o.uid, cfg)
+            known[o.hotkey] = fresh if old is None else replace(_wiped(old, cfg, "ban_until"), uid=o.uid)
     return known
 
 
@@ -275,14 +276,9 @@ def _apply_copy(peer: PeerRating, tier: CopyTier, window: int, cfg: RatingConfig
         return replace(peer, final=scale_positive(peer.final, cfg.penalties.copy_multiplier))
     if tier is CopyTier.NONE:
         return peer
-    # the record is wiped, not the history: the window it was last evaluated in stays, so the
-    # evaluation draw does not serve it again as an identity never evaluated (scoring/sampling.py)
-    reset = replace(
-        fresh_rating(peer.hotkey, peer.uid, cfg),
-        windows_seen=peer.windows_seen,
-        ban_until=peer.ban_until,
-        last_evaluated=peer.last_evaluated,
-    )
+    # the record is wiped, not the history: the window it was last evaluated in stays, so the draw
+    # does not serve it again as never evaluated (scoring/sampling.py), nor its pairs' (`_wiped`)
+    reset = _wiped(peer, cfg, "windows_seen", "ban_until", "last_evaluated")
     if tier is CopyTier.BAN:
         reset = replace(reset, ban_until=max(peer.ban_until, window + cfg.penalties.ban_windows))
     return reset
@@ -295,5 +291,10 @@ def _apply_inactivity(peer: PeerRating, window: int, cfg: RatingConfig) -> PeerR
         return replace(peer, inactive_windows=inactive, final=final)
     if not peer.banned(window):
         return None
-    # Keep a banned peer's record so that going quiet does not shorten its ban.
-    return replace(fresh_rating(peer.hotkey, peer.uid, cfg), ban_until=peer.ban_until)
+    return _wiped(peer, cfg, "ban_until")  # a banned peer's record: going quiet must not shorten its ban
+
+
+def _wiped(peer: PeerRating, cfg: RatingConfig, *kept: str) -> PeerRating:
+    """A fresh record keeping `kept`, links and claims: wiped, a copier's next tie read one window's."""
+    fields = {k: getattr(peer, k) for k in (*kept, *PAIR_EVIDENCE)}
+    return replace(fresh_rating(peer.hotkey, peer.uid, cfg), **fields)

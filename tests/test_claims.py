@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from scoring.claims import ClaimBook, ClaimConfig, claim_gaps, update_claims
-from scoring.ranking import PeerRating
+from scoring.ranking import PeerOutcome, PeerRating, RatingConfig, RatingState, Status, update_ratings
 from scoring.selection import Candidate, select_aggregation
 from scoring.twins import OWNERSHIP_MARGIN, Twins, judge_twins, owners
+from scoring.uniqueness import CopyTier
 
 CFG = ClaimConfig()
+RATING = RatingConfig()
 PAIR = [("thief", "victim")]
 
 
@@ -129,6 +132,29 @@ def test_a_copier_is_disowned_by_its_claim_over_the_windows_not_one() -> None:
     assert owners(PAIR, now, claims=_twins(now, history).claims) == {"thief"}
     verdict = judge_twins({"thief", "victim"}, {"thief", "victim"}, lambda k: 1.0, _twins(now, history))
     assert verdict.disowned == {"thief"}
+
+
+@pytest.mark.parametrize("tier", [CopyTier.RESET, CopyTier.BAN])
+def test_a_copy_penalty_wipes_the_copiers_record_but_not_the_evidence_about_its_pairs(tier: CopyTier) -> None:
+    """A copier caught by a clear finding is reset or banned. Wiping its claims too restarted its
+    claim to the update it shares with its author at one window, so the pair's next tie read that
+    window's page tests alone (and its links, which its partner's side restored)."""
+    history = [{"victim": 2.2, "thief": 0.2}, {"victim": 2.0, "thief": 0.2}, {"victim": 1.9, "thief": 0.1}]
+    book = ClaimBook()
+    for page_t in history:
+        book = update_claims(book, PAIR, page_t, {}, CFG)
+    thief = PeerRating("thief", 0, 30.0, 2.0, links={"victim": 0.8})
+    thief = replace(thief, claims=book.mean["thief"], claim_windows=book.windows["thief"])
+    state = RatingState({"thief": thief}, 3)
+    caught = update_ratings(state, 4, [PeerOutcome("thief", 0, Status.OK, 0.01, 1, copy_tier=tier)], RATING)
+    after = caught.peers["thief"]
+    assert (after.mu, after.sigma, after.evaluations) == (25.0, 25.0 / 3.0, 0)  # the record is wiped
+    assert (after.claims, after.claim_windows, after.links) == (thief.claims, {"victim": 3}, {"victim": 0.8})
+    kept = ClaimBook({"thief": after.claims, "victim": book.mean["victim"]}, {"thief": after.claim_windows})
+    now = {"victim": 0.8, "thief": 0.2}  # under the margin on its own, as above
+    claim = update_claims(kept, PAIR, now, {}, CFG).mean["thief"]["victim"]
+    assert claim == pytest.approx((2.0 + 1.8 + 1.8 + 0.6) / 4)  # the mean of four windows
+    assert owners(PAIR, now, claims={("thief", "victim"): claim}) == {"thief"}
 
 
 def _run(rng: random.Random, copies: int, author: tuple[float, float], memory: int | None) -> Counter[str]:

@@ -67,6 +67,26 @@ def test_a_ban_outlives_the_uid_it_was_earned_on() -> None:
     assert all(uid >= 0 for uid, _ in ranked_by_uid(paid, 4, 1))
 
 
+def test_a_hotkey_registered_again_under_another_uid_keeps_its_ban_and_its_pairs_evidence() -> None:
+    """A new uid is a new record (rating, proof), but a copier must not shed the evidence about its
+    pairs by registering again: its claim to its author's update would read one window
+    (scoring/claims.py)."""
+    from scoring.ranking import PeerRating
+
+    cheat = PeerRating(
+        "cheat", 0, 30.0, 2.0, ban_until=9, links={"b": 0.7}, claims={"b": 1.3}, claim_windows={"b": 4}
+    )
+    state = RatingState({"cheat": cheat}, 3)
+    again = update_ratings(state, 4, [ok("cheat", 5), ok("b", 1)], CFG).peers["cheat"]
+    assert (again.uid, again.mu, again.evaluations, again.ban_until) == (5, 25.0, 1, 9)  # this window only
+    assert (again.links, again.claims, again.claim_windows) == ({"b": 0.7}, {"b": 1.3}, {"b": 4})
+    quiet = state  # banned and quiet until its record is reset: the ban and the evidence stay
+    for window in range(4, 4 + CFG.penalties.inactive_reset_windows):
+        quiet = update_ratings(quiet, window, [ok("b", 1)], CFG)
+    held = quiet.peers["cheat"]
+    assert (held.mu, held.ban_until, held.claims, held.claim_windows) == (25.0, 9, {"b": 1.3}, {"b": 4})
+
+
 def test_a_detached_peer_is_forgotten_when_its_ban_ends() -> None:
     banned = PeerOutcome("cheat", 0, Status.OK, copy_tier=CopyTier.BAN)
     state = update_ratings(RatingState(), 1, [banned], CFG)
