@@ -16,7 +16,7 @@ Choices where the design leaves room (all configurable):
   peer the fetch never got to (`skipped`) is left as it was;
 - a banned peer is rated, final score 0 while `window < ban_until` (ban_windows from its finding);
 - a peer absent from the outcomes is inactive (dropped after `inactive_reset_windows`); a uid under
-  a new hotkey, or a hotkey under a new uid, starts a fresh record (the hotkey's ban and pairs stay);
+  a new hotkey, or a hotkey under a new uid, starts a fresh record (a held hotkey's ban, pairs stay);
 - a banned peer whose uid another hotkey takes is kept *detached* (uid `DETACHED_UID`) until its ban
   ends: dropping it forgot the ban, and the hotkey re-registered on a new uid came back clean.
 """
