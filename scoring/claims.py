@@ -78,8 +78,8 @@ def update_claims(
             gap = claim_gap(x, p, page_t, readings)
             if gap is None:
                 continue
-            prior = out.get(x, {}).get(p)
-            n = 1 if prior is None else counts.get(x, {}).get(p, 1) + 1
+            prior, held = _held(book, x, p)
+            n = held + 1
             out.setdefault(x, {})[p] = (
                 gap if prior is None else prior + max(1 / n, 1 / cfg.memory) * (gap - prior)
             )
@@ -93,6 +93,19 @@ def update_claims(
     mean = {x: dict(sorted(others.items())) for x, others in sorted(out.items()) if others}
     kept = {x: {p: counts.get(x, {}).get(p, 1) for p in others} for x, others in mean.items()}
     return ClaimBook(mean, kept)
+
+
+def _held(book: ClaimBook, x: str, p: str) -> tuple[float | None, int]:
+    """x's claim over p before this window and how many windows it holds. A direction the book lacks
+    while p's holds (x's record left the state and came back, and p kept its side) reads p's claim
+    reversed: exactly x's for one payload, at least x's with readings (`claim_gap` takes the smaller
+    of two gaps), so it leans against the sender that came back. A sender that left to shed its
+    claims (a copier reset for copying, quiet for three windows) came back to one window's reading."""
+    if (own := book.mean.get(x, {}).get(p)) is not None:
+        return own, book.windows.get(x, {}).get(p, 1)
+    if (theirs := book.mean.get(p, {}).get(x)) is not None:
+        return -theirs, book.windows.get(p, {}).get(x, 1)
+    return None, 0
 
 
 def claim_gaps(claims: Claims, tied: Sequence[Pair], evaluated: Collection[str]) -> dict[Pair, float]:

@@ -157,6 +157,32 @@ def test_a_copy_penalty_wipes_the_copiers_record_but_not_the_evidence_about_its_
     assert owners(PAIR, now, claims={("thief", "victim"): claim}) == {"thief"}
 
 
+def test_a_sender_that_left_and_came_back_continues_from_its_partners_claim_reversed() -> None:
+    """A copier reset for copying and quiet for three windows is dropped with its record; its author
+    keeps its side (validator/round/pair_evidence.py). Back and tied again, the copier's claim
+    continues from the author's, reversed, not from this window's page tests alone."""
+    book = ClaimBook()
+    for page_t in [
+        {"victim": 2.2, "thief": 0.2},
+        {"victim": 2.0, "thief": 0.2},
+        {"victim": 1.9, "thief": 0.1},
+    ]:
+        book = update_claims(book, PAIR, page_t, {}, CFG)
+    left = ClaimBook({"victim": book.mean["victim"]}, {"victim": book.windows["victim"]})
+    now = {"victim": 0.8, "thief": 0.2}
+    back = update_claims(left, PAIR, now, {}, CFG)
+    assert back == update_claims(book, PAIR, now, {}, CFG)  # one payload: as if it never left
+    assert back.mean["thief"]["victim"] == pytest.approx(1.55) and back.windows["thief"] == {"victim": 4}
+    assert owners(PAIR, now, claims={("thief", "victim"): back.mean["thief"]["victim"]}) == {"thief"}
+    # with readings the two directions differ; the one reversed leans against the sender that left
+    readings = {("thief", "victim"): 0.3, ("victim", "thief"): 1.9}
+    full = update_claims(ClaimBook(), PAIR, {"victim": 2.2, "thief": 0.2}, readings, CFG)
+    assert full.mean == {"thief": {"victim": pytest.approx(1.6)}, "victim": {"thief": -2.0}}
+    reversed_only = ClaimBook({"victim": full.mean["victim"]}, {"victim": full.windows["victim"]})
+    # the thief's own side read 1.6; reversed, the victim's reads 2.0: the mean of two, (2.0 + 0.6) / 2
+    assert update_claims(reversed_only, PAIR, now, {}, CFG).mean["thief"]["victim"] == pytest.approx(1.3)
+
+
 def _run(rng: random.Random, copies: int, author: tuple[float, float], memory: int | None) -> Counter[str]:
     """One simulated run of 8 windows: an author whose pages read N(`author`) a window and `copies`
     better rated senders of its update whose pages read N(0, 1) (scoring/twins.py

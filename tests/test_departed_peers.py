@@ -160,9 +160,11 @@ def test_the_api_names_a_recycled_uids_new_holder(recycled_db: SeededDb) -> None
     assert old["rank"] is None and old["uid"] == 2 and old["rating"]["uid"] == DETACHED_UID
 
 
-def test_links_to_a_detached_peer_are_dropped() -> None:
-    """A detached peer submits nothing, so evidence about its pairs never moves again: kept, its
-    partner would stay linked (out of the residual consensus) until the ban ended."""
+def test_links_to_a_detached_peer_are_dropped_and_claims_about_a_departed_one_are_kept() -> None:
+    """A detached peer submits nothing, so its links never move again: kept, its partner would stay
+    linked (out of the residual consensus) until the ban ended. Claims are read only when the pair
+    is tied again, and one dropped with the peer's record let a copier come back (quiet for three
+    windows, or detached and registered again) to a claim of one window (scoring/claims.py)."""
     from scoring.ranking import PeerRating
     from scoring.uniqueness import CopyCheck
     from validator.round.pair_evidence import with_pair_evidence
@@ -181,8 +183,13 @@ def test_links_to_a_detached_peer_are_dropped() -> None:
     assert kept.claim_windows == {"cheat": 3}  # a claim keeps its count while not tied
     out = rate(partner, dataclasses.replace(cheat, uid=DETACHED_UID))
     assert out.peers["partner"].links == {} and out.peers["cheat"].links == {}
-    assert out.peers["partner"].claims == {} and out.peers["cheat"].claims == {}
-    assert out.peers["partner"].claim_windows == {}  # the count leaves with its claim
+    assert (out.peers["partner"].claims, out.peers["partner"].claim_windows) == (
+        {"cheat": -1.2},
+        {"cheat": 3},
+    )
+    assert out.peers["cheat"].claims == {"partner": 1.2}
+    gone = rate(partner).peers["partner"]  # the cheat's record dropped (quiet, not banned)
+    assert (gone.links, gone.claims, gone.claim_windows) == ({}, {"cheat": -1.2}, {"cheat": 3})
 
 
 def test_a_window_whose_state_holds_nobody_empties_the_leaderboard(tmp_path: Path) -> None:

@@ -5,17 +5,14 @@ each window records them and replay re-derives them from the ratings before the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import TypeVar
 
 from scoring.claims import ClaimBook, ClaimConfig, update_claims
 from scoring.links import LinkConfig, update_links
 from scoring.ranking import RatingState
 from scoring.uniqueness import CopyCheck, unclear_pairs
 from validator.round.outcomes import PeerWindow, page_tests
-
-V = TypeVar("V", float, int)
 
 
 def with_pair_evidence(
@@ -34,18 +31,18 @@ def with_pair_evidence(
     )
     claims = update_claims(held, tied_pairs(copies), page_tests(peers), copies.readings, claims_cfg)
     # A detached peer (its uid taken, its ban remembered) submits nothing: links to it would never
-    # fade, and keep its partner out of the residual consensus until the ban ends.
+    # fade, and keep its partner out of the residual consensus until the ban ends. Claims stay, about
+    # peers gone too: they are read only when the pair is tied again, and one that left and came back
+    # must not read one window's claim again (scoring/claims.py `_held`). `max_partners` bounds them.
     live = {h for h, p in rated.peers.items() if not p.detached}
     return RatingState(
         {
             h: replace(
                 p,
-                links=_live(links.get(h, {}), live),
-                claims=_live(claims.mean.get(h, {}), live),
-                claim_windows=_live(claims.windows.get(h, {}), live),
+                links={o: v for o, v in links.get(h, {}).items() if o in live} if h in live else {},
+                claims=claims.mean.get(h, {}),
+                claim_windows=claims.windows.get(h, {}),
             )
-            if h in live
-            else replace(p, links={}, claims={}, claim_windows={})
             for h, p in rated.peers.items()
         },
         rated.window,
@@ -56,7 +53,3 @@ def tied_pairs(copies: CopyCheck) -> list[tuple[str, str]]:
     """The window's pairs of which at most one is aggregated for a copy finding: its unclear
     findings, one payload's senders among them (scoring/twins.py)."""
     return sorted(unclear_pairs(copies.findings))
-
-
-def _live(evidence: Mapping[str, V], live: set[str]) -> dict[str, V]:
-    return {o: v for o, v in evidence.items() if o in live}
