@@ -20,6 +20,7 @@ from api.server import UVICORN_LOG_THROTTLE, LogThrottle
 from tests.api_fixtures import (
     LiveServer,
     SeededDb,
+    clear_of_a_minute_edge,
     config_for,
     run_server,
 )
@@ -169,6 +170,7 @@ def test_forwarded_for_is_believed_only_from_trusted_proxies(pg_db: SeededDb) ->
 
 def test_metrics_are_rate_limited(pg_db: SeededDb) -> None:
     with run_server(config_for(pg_db.url, ops_rate_limit_per_minute=3)) as server:
+        clear_of_a_minute_edge()
         statuses = _statuses(server, "/metrics", 6, forwarded=False)
         api = httpx.get(f"{server.base_url}/v1/windows?limit=1")
     assert statuses[:3] == [200] * 3 and 429 in statuses

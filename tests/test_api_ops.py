@@ -17,6 +17,7 @@ from api.redis_gate import RedisGate
 from storage.migrate import upgrade
 from tests.api_fixtures import (
     SeededDb,
+    clear_of_a_minute_edge,
     config_for,
     redis_namespace,
     run_server,
@@ -71,6 +72,7 @@ def test_rate_limit_refuses_with_retry_after(pg_db: SeededDb) -> None:
         redis_namespace() as prefix,
         run_server(config_for(pg_db.url, prefix, rate_limit_per_minute=3)) as server,
     ):
+        clear_of_a_minute_edge()
         statuses = [httpx.get(f"{server.base_url}/v1/windows?limit=1") for _ in range(10)]
         health = httpx.get(f"{server.base_url}/healthz")
     refused = [r for r in statuses if r.status_code == 429]
@@ -94,6 +96,7 @@ def test_rate_limit_counts_in_process_without_redis() -> None:
 def test_api_serves_from_postgres_while_redis_is_down(pg_db: SeededDb) -> None:
     config = config_for(pg_db.url, redis_url=DEAD_REDIS, rate_limit_per_minute=2)
     with run_server(config) as server:
+        clear_of_a_minute_edge()
         first = httpx.get(f"{server.base_url}/v1/windows/5")
         second = httpx.get(f"{server.base_url}/v1/windows/5")
         third = httpx.get(f"{server.base_url}/v1/peers")  # the in-process limit still applies
