@@ -126,7 +126,7 @@ class PeerRating:
         return self.uid == DETACHED_UID
 
     def to_dict(self) -> dict[str, Any]:
-        pairs = {k: dict(sorted(getattr(self, k).items())) for k in ("links", "claims", "claim_windows")}
+        pairs = {k: dict(sorted(getattr(self, k).items())) for k in PAIR_EVIDENCE}
         return dataclasses.asdict(self) | pairs
 
     @staticmethod
@@ -230,9 +230,10 @@ def _known_peers(
         old = peers.get(o.hotkey)
         if old is not None and old.uid == o.uid:
             known[o.hotkey] = old
-        else:  # new, or re-registered under another uid: a new peer; its ban and pairs stick to the hotkey
-            fresh = fresh_rating(o.hotkey, o.uid, cfg)
-            known[o.hotkey] = fresh if old is None else replace(_wiped(old, cfg, "ban_until"), uid=o.uid)
+        elif old is None:
+            known[o.hotkey] = fresh_rating(o.hotkey, o.uid, cfg)
+        else:  # re-registered under another uid: a new peer; its ban and pairs stick to the hotkey
+            known[o.hotkey] = replace(_wiped(old, cfg, "ban_until"), uid=o.uid)
     return known
 
 
@@ -276,8 +277,7 @@ def _apply_copy(peer: PeerRating, tier: CopyTier, window: int, cfg: RatingConfig
         return replace(peer, final=scale_positive(peer.final, cfg.penalties.copy_multiplier))
     if tier is CopyTier.NONE:
         return peer
-    # the record is wiped, not the history: the window it was last evaluated in stays, so the draw
-    # does not serve it again as never evaluated (scoring/sampling.py), nor its pairs' (`_wiped`)
+    # the record, not the history (`_wiped`): last_evaluated stays, or the draw serves it as new (sampling.py)
     reset = _wiped(peer, cfg, "windows_seen", "ban_until", "last_evaluated")
     if tier is CopyTier.BAN:
         reset = replace(reset, ban_until=max(peer.ban_until, window + cfg.penalties.ban_windows))

@@ -19,15 +19,17 @@ RATING = RatingConfig()
 PAIR = [("thief", "victim")]
 
 
-def _fold(
-    windows: list[dict[str, float]], tied: list[tuple[str, str]] = PAIR
-) -> list[dict[str, dict[str, float]]]:
+# the victim's own pages and the thief's, with the victim's update, over three windows it was tied
+THREE_WINDOWS = [{"victim": 2.2, "thief": 0.2}, {"victim": 2.0, "thief": 0.2}, {"victim": 1.9, "thief": 0.1}]
+NOW = {"victim": 0.8, "thief": 0.2}  # 0.6 this window: under the margin on its own
+
+
+def _books(windows: list[dict[str, float]], tied: list[tuple[str, str]] = PAIR) -> list[ClaimBook]:
     """The claims after each window of page tests, the pair tied in every one."""
-    book = ClaimBook()
-    out = []
+    book, out = ClaimBook(), []
     for page_t in windows:
         book = update_claims(book, tied, page_t, {}, CFG)
-        out.append(dict(book.mean))
+        out.append(book)
     return out
 
 
@@ -100,7 +102,7 @@ def test_claims_are_stored_with_the_rating_and_older_states_load_without_them() 
 
 def _twins(page_t: dict[str, float], history: list[dict[str, float]]) -> Twins:
     """The pair tied this window by one payload, with the claims of `history` and this window."""
-    claims = _fold([*history, page_t])[-1]
+    claims = _books([*history, page_t])[-1].mean
     others = {f"h{i}": 2.0 for i in range(3)}
     gaps = claim_gaps(claims, PAIR, set(page_t))
     return Twins(copies=tuple(PAIR), same=tuple(PAIR), page_t=page_t | others, claims=gaps)
@@ -126,8 +128,7 @@ def test_an_author_whose_pages_read_just_under_its_frontrunners_once_is_kept_by_
 
 
 def test_a_copier_is_disowned_by_its_claim_over_the_windows_not_one() -> None:
-    history = [{"victim": 2.2, "thief": 0.2}, {"victim": 2.0, "thief": 0.2}]
-    now = {"victim": 0.8, "thief": 0.2}  # 0.6 this window: under the margin on its own
+    history, now = THREE_WINDOWS[:2], NOW
     assert owners(PAIR, now) == set()
     assert owners(PAIR, now, claims=_twins(now, history).claims) == {"thief"}
     verdict = judge_twins({"thief", "victim"}, {"thief", "victim"}, lambda k: 1.0, _twins(now, history))
@@ -139,10 +140,7 @@ def test_a_copy_penalty_wipes_the_copiers_record_but_not_the_evidence_about_its_
     """A copier caught by a clear finding is reset or banned. Wiping its claims too restarted its
     claim to the update it shares with its author at one window, so the pair's next tie read that
     window's page tests alone (and its links, which its partner's side restored)."""
-    history = [{"victim": 2.2, "thief": 0.2}, {"victim": 2.0, "thief": 0.2}, {"victim": 1.9, "thief": 0.1}]
-    book = ClaimBook()
-    for page_t in history:
-        book = update_claims(book, PAIR, page_t, {}, CFG)
+    book = _books(THREE_WINDOWS)[-1]
     thief = PeerRating("thief", 0, 30.0, 2.0, links={"victim": 0.8})
     thief = replace(thief, claims=book.mean["thief"], claim_windows=book.windows["thief"])
     state = RatingState({"thief": thief}, 3)
@@ -151,23 +149,16 @@ def test_a_copy_penalty_wipes_the_copiers_record_but_not_the_evidence_about_its_
     assert (after.mu, after.sigma, after.evaluations) == (25.0, 25.0 / 3.0, 0)  # the record is wiped
     assert (after.claims, after.claim_windows, after.links) == (thief.claims, {"victim": 3}, {"victim": 0.8})
     kept = ClaimBook({"thief": after.claims, "victim": book.mean["victim"]}, {"thief": after.claim_windows})
-    now = {"victim": 0.8, "thief": 0.2}  # under the margin on its own, as above
-    claim = update_claims(kept, PAIR, now, {}, CFG).mean["thief"]["victim"]
+    claim = update_claims(kept, PAIR, NOW, {}, CFG).mean["thief"]["victim"]
     assert claim == pytest.approx((2.0 + 1.8 + 1.8 + 0.6) / 4)  # the mean of four windows
-    assert owners(PAIR, now, claims={("thief", "victim"): claim}) == {"thief"}
+    assert owners(PAIR, NOW, claims={("thief", "victim"): claim}) == {"thief"}
 
 
 def test_a_sender_that_left_and_came_back_continues_from_its_partners_claim_reversed() -> None:
     """A copier reset for copying and quiet for three windows is dropped with its record; its author
     keeps its side (validator/round/pair_evidence.py). Back and tied again, the copier's claim
     continues from the author's, reversed, not from this window's page tests alone."""
-    book = ClaimBook()
-    for page_t in [
-        {"victim": 2.2, "thief": 0.2},
-        {"victim": 2.0, "thief": 0.2},
-        {"victim": 1.9, "thief": 0.1},
-    ]:
-        book = update_claims(book, PAIR, page_t, {}, CFG)
+    book, now = _books(THREE_WINDOWS)[-1], NOW
     left = ClaimBook({"victim": book.mean["victim"]}, {"victim": book.windows["victim"]})
     now = {"victim": 0.8, "thief": 0.2}
     back = update_claims(left, PAIR, now, {}, CFG)
